@@ -1,0 +1,141 @@
+"""The interface between the engine and a store.
+
+Two kinds of store exist (see the README's table):
+
+* :class:`Backend`: claim-only. It guarantees one winner per ``(job, slot)`` and nothing
+  else: no lease, so no backups, no overlap protection, no catch-up, no hand-over.
+* :class:`LeaseBackend`: also keeps a lease with an expiry and the current attempt's token
+  for every run, which gives takeover by backups and fencing of stale runners.
+
+Times are passed in by the caller (``now_ms``) rather than read from the store's clock, so
+that the whole engine runs on one injectable clock and tests can fast-forward it. The
+instances' clocks must agree to well under a lease anyway, since they compute slots.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .model import ClaimResult, Overlap, Run, RunState
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can promise, so callers can refuse policies it cannot honour."""
+
+    name: str
+    leases: bool
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """ "Record that I am running this run, unless it is already taken"."""
+
+    job: str
+    slot: int
+    instance: str
+    token: str
+    now_ms: int
+    lease_ms: int
+    overlap: Overlap = Overlap.SKIP
+
+
+@dataclass(frozen=True)
+class TakeoverRequest:
+    """ "The lease of this run ran out: let me run its next attempt"."""
+
+    job: str
+    slot: int
+    instance: str
+    token: str
+    now_ms: int
+    lease_ms: int
+    max_attempts: int
+
+
+class Backend(ABC):
+    """A store that can name exactly one winner per run."""
+
+    capabilities: ClassVar[Capabilities]
+
+    async def setup(self) -> None:  # noqa: B027 - optional hook
+        """Connect and create whatever schema the store needs; idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    @abstractmethod
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Atomically claim a run; exactly one concurrent caller gets ``won``."""
+
+    async def __aenter__(self) -> Backend:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class LeaseBackend(Backend):
+    """A store that also holds leases, tokens and the history of each run."""
+
+    @abstractmethod
+    async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        """Push the lease to ``now_ms + lease_ms`` and mark the run Running.
+
+        Returns False when ``token`` is not the current attempt's or the run is final:
+        the caller has been fenced off and must stop.
+        """
+
+    @abstractmethod
+    async def finish(
+        self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
+    ) -> bool:
+        """End the run with a final ``outcome``; only the current token may do it."""
+
+    @abstractmethod
+    async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
+        """End the current attempt as Interrupted and expire the lease at once.
+
+        Used for hand-over on stop and when a handler knows its attempt is lost, so that
+        the next attempt does not wait for the lease to run out.
+        """
+
+    @abstractmethod
+    async def takeover(self, request: TakeoverRequest) -> ClaimResult:
+        """Start the next attempt of a run whose lease has run out.
+
+        ``won`` only if the run is active, its lease is expired and fewer than
+        ``max_attempts`` attempts were made. When the lease is expired and no attempt is
+        left, the run is made final (Interrupted) and the result is ``taken``.
+        """
+
+    @abstractmethod
+    async def get_run(self, job: str, slot: int) -> Run | None:
+        """The run as stored, with its current token and attempts."""
+
+    @abstractmethod
+    async def active_runs(self, job: str) -> list[Run]:
+        """Runs of ``job`` in Claimed or Running, oldest first."""
+
+    @abstractmethod
+    async def last_slot(self, job: str) -> int | None:
+        """The newest slot recorded for ``job`` in any state; the base of catch-up."""
+
+    @abstractmethod
+    async def history(self, job: str, limit: int = 50) -> list[Run]:
+        """The newest ``limit`` runs of ``job``, newest first, tokens blanked."""
+
+    @abstractmethod
+    async def schedule_since(self, job: str, fingerprint: str, now_ms: int) -> int:
+        """When the job's schedule became ``fingerprint``.
+
+        Records ``now_ms`` the first time a fingerprint is seen for a job. Catch-up never
+        reaches before it, so editing a schedule never causes retroactive runs.
+        """
+
+    @abstractmethod
+    async def prune(self, job: str, before_slot: int) -> int:
+        """Delete final runs of ``job`` older than ``before_slot``; returns how many."""

@@ -1,0 +1,253 @@
+"""SQLite: the embedded default, one file shared by every process on one machine.
+
+WAL mode lets readers run beside the one writer; every write runs in ``BEGIN IMMEDIATE``
+so the read-decide-write of a claim is atomic across processes. The sqlite3 module is
+blocking, so each call runs in a worker thread and never holds up the event loop; one
+connection per backend, used by one thread at a time under a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from .. import transitions
+from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
+from ..errors import StoreError
+from ..model import Attempt, ClaimResult, Run, RunState
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS anarchon_runs (
+    job TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    instance TEXT NOT NULL,
+    token TEXT NOT NULL,
+    lease_until INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    error TEXT,
+    attempts TEXT NOT NULL,
+    PRIMARY KEY (job, slot)
+);
+CREATE INDEX IF NOT EXISTS anarchon_runs_state ON anarchon_runs (job, state);
+CREATE TABLE IF NOT EXISTS anarchon_schedules (
+    job TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    since INTEGER NOT NULL
+);
+"""
+
+_COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
+_ACTIVE = (str(RunState.CLAIMED), str(RunState.RUNNING))
+
+
+def _row_to_run(row: tuple[object, ...]) -> Run:
+    job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts = row
+    return Run(
+        job=str(job),
+        slot=int(str(slot)),
+        state=RunState(str(state)),
+        attempt=int(str(attempt)),
+        instance=str(instance),
+        token=str(token),
+        lease_until_ms=int(str(lease_until)),
+        created_ms=int(str(created)),
+        updated_ms=int(str(updated)),
+        error=None if error is None else str(error),
+        attempts=[Attempt.from_json(a) for a in json.loads(str(attempts))],
+    )
+
+
+def _run_to_row(run: Run) -> tuple[object, ...]:
+    return (
+        run.job,
+        run.slot,
+        str(run.state),
+        run.attempt,
+        run.instance,
+        run.token,
+        run.lease_until_ms,
+        run.created_ms,
+        run.updated_ms,
+        run.error,
+        json.dumps([a.to_json() for a in run.attempts]),
+    )
+
+
+class SqliteBackend(LeaseBackend):
+    """Lease store in one SQLite file; safe across processes on one machine (not over NFS)."""
+
+    capabilities = Capabilities(name="sqlite", leases=True)
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = str(path)
+        self._busy_timeout_s = busy_timeout_s
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path not in ("", ":memory:"):
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    async def setup(self) -> None:
+        if self._conn is None:
+            self._conn = await self._call(self._connect, connect=True)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            async with self._lock:
+                await asyncio.to_thread(conn.close)
+
+    async def _call(self, fn: Callable[[], T], *, connect: bool = False) -> T:
+        if self._conn is None and not connect:
+            raise StoreError("sqlite backend used before setup()")
+        async with self._lock:
+            try:
+                return await asyncio.to_thread(fn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"sqlite {self.path}: {exc}") from exc
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
+        """Wrap ``fn`` in BEGIN IMMEDIATE ... COMMIT, rolling back on any error."""
+
+        def run() -> T:
+            conn = self._conn
+            assert conn is not None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return run
+
+    @staticmethod
+    def _get(conn: sqlite3.Connection, job: str, slot: int) -> Run | None:
+        row = conn.execute(f"SELECT {_COLUMNS} FROM anarchon_runs WHERE job=? AND slot=?", (job, slot)).fetchone()
+        return None if row is None else _row_to_run(row)
+
+    @staticmethod
+    def _active(conn: sqlite3.Connection, job: str) -> list[Run]:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM anarchon_runs WHERE job=? AND state IN (?, ?) ORDER BY slot",
+            (job, *_ACTIVE),
+        ).fetchall()
+        return [_row_to_run(r) for r in rows]
+
+    @staticmethod
+    def _put(conn: sqlite3.Connection, runs: list[Run]) -> None:
+        conn.executemany(
+            f"INSERT OR REPLACE INTO anarchon_runs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            [_run_to_row(r) for r in runs],
+        )
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        def work(conn: sqlite3.Connection) -> ClaimResult:
+            existing = self._get(conn, request.job, request.slot)
+            active = [] if existing is not None else self._active(conn, request.job)
+            result, writes = transitions.claim(existing, active, request)
+            self._put(conn, writes)
+            return result
+
+        return await self._call(self._tx(work))
+
+    async def _update(self, job: str, slot: int, change: Callable[[Run | None], Run | None]) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            updated = change(self._get(conn, job, slot))
+            if updated is None:
+                return False
+            self._put(conn, [updated])
+            return True
+
+        return await self._call(self._tx(work))
+
+    async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        return await self._update(job, slot, lambda run: transitions.heartbeat(run, token, now_ms, lease_ms))
+
+    async def finish(
+        self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
+    ) -> bool:
+        return await self._update(job, slot, lambda run: transitions.finish(run, token, now_ms, outcome, error))
+
+    async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
+        return await self._update(job, slot, lambda run: transitions.release(run, token, now_ms, reason))
+
+    async def takeover(self, request: TakeoverRequest) -> ClaimResult:
+        def work(conn: sqlite3.Connection) -> ClaimResult:
+            result, write = transitions.takeover(self._get(conn, request.job, request.slot), request)
+            if write is not None:
+                self._put(conn, [write])
+            return result
+
+        return await self._call(self._tx(work))
+
+    async def get_run(self, job: str, slot: int) -> Run | None:
+        return await self._call(lambda: self._get(self._conn_or_fail(), job, slot))
+
+    def _conn_or_fail(self) -> sqlite3.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    async def active_runs(self, job: str) -> list[Run]:
+        return await self._call(lambda: self._active(self._conn_or_fail(), job))
+
+    async def last_slot(self, job: str) -> int | None:
+        def work() -> int | None:
+            row = self._conn_or_fail().execute("SELECT MAX(slot) FROM anarchon_runs WHERE job=?", (job,)).fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return await self._call(work)
+
+    async def history(self, job: str, limit: int = 50) -> list[Run]:
+        def work() -> list[Run]:
+            rows = (
+                self._conn_or_fail()
+                .execute(f"SELECT {_COLUMNS} FROM anarchon_runs WHERE job=? ORDER BY slot DESC LIMIT ?", (job, limit))
+                .fetchall()
+            )
+            runs = [_row_to_run(r) for r in rows]
+            for run in runs:
+                run.token = ""
+            return runs
+
+        return await self._call(work)
+
+    async def schedule_since(self, job: str, fingerprint: str, now_ms: int) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT fingerprint, since FROM anarchon_schedules WHERE job=?", (job,)).fetchone()
+            if row is not None and row[0] == fingerprint:
+                return int(row[1])
+            conn.execute(
+                "INSERT OR REPLACE INTO anarchon_schedules (job, fingerprint, since) VALUES (?, ?, ?)",
+                (job, fingerprint, now_ms),
+            )
+            return now_ms
+
+        return await self._call(self._tx(work))
+
+    async def prune(self, job: str, before_slot: int) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "DELETE FROM anarchon_runs WHERE job=? AND slot<? AND state NOT IN (?, ?)",
+                (job, before_slot, *_ACTIVE),
+            )
+            return cur.rowcount
+
+        return await self._call(self._tx(work))
