@@ -5,7 +5,7 @@ attempt, claim, jitter, backend, lease, backup, token).
 """
 
 from .backend import Backend, Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
-from .clock import Clock, LoopClock, SystemClock
+from .clock import Clock, LoopClock, ScaledClock, SystemClock
 from .durations import format_duration, parse_duration
 from .errors import (
     AnarchonError,
@@ -15,8 +15,12 @@ from .errors import (
     ScheduleError,
     StoreError,
 )
+from .events import EngineListener
+from .job import Handler, Job, JobOptions, RunContext
+from .jobloop import JobLoop
 from .model import Attempt, CatchUp, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token, token_hash
 from .schedule import Cron, Every, Schedule, cron, every, slots_between
+from .scheduler import Scheduler, default_instance_id, job_options
 
 __all__ = [
     "AnarchonError",
@@ -30,22 +34,32 @@ __all__ = [
     "Clock",
     "ConfigError",
     "Cron",
+    "EngineListener",
     "Every",
+    "Handler",
+    "Job",
+    "JobLoop",
+    "JobOptions",
     "LeaseBackend",
     "LoopClock",
     "Overlap",
     "Run",
+    "RunContext",
     "RunFailed",
     "RunInterrupted",
     "RunState",
+    "ScaledClock",
     "Schedule",
     "ScheduleError",
+    "Scheduler",
     "StoreError",
     "SystemClock",
     "TakeoverRequest",
     "cron",
+    "default_instance_id",
     "every",
     "format_duration",
+    "job_options",
     "new_token",
     "parse_duration",
     "slots_between",

@@ -1,0 +1,187 @@
+"""Running one attempt under a lease: the handler, its heartbeats, its timeout and its end.
+
+This is the lease logic of the runner side. While the handler runs and says it is alive,
+the lease is pushed forward every heartbeat. Whatever happens, exactly one of these ends
+the attempt in the store, always with the attempt's own token:
+
+* handler returns → ``finish(Success)``; raises → ``finish(Failed)``;
+* timeout → the handler is cancelled, ``finish(Failed)``;
+* handler raises RunInterrupted, or the instance stops → ``release`` (next attempt at once);
+* the store rejects our token (a backup took over, or Replace) → fenced: nothing is written,
+  the handler is told to stop and then cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from .backend import LeaseBackend
+from .clock import Clock
+from .errors import RunFailed, RunInterrupted, StoreError
+from .events import EngineListener
+from .job import Handler, ResolvedOptions, RunContext
+from .model import RunState
+
+log = logging.getLogger("anarchon.engine.attempt")
+
+FENCED = "fenced"
+TIMEOUT = "timeout"
+SHUTDOWN = "shutdown"
+LEASE_LOST = "lease lost"
+
+
+class AttemptRunner:
+    """Runs one attempt of one run; create one per attempt."""
+
+    def __init__(
+        self,
+        backend: LeaseBackend,
+        handler: Handler,
+        ctx: RunContext,
+        options: ResolvedOptions,
+        clock: Clock,
+        listener: EngineListener,
+        lease_until_ms: int,
+    ) -> None:
+        self.backend = backend
+        self.handler = handler
+        self.ctx = ctx
+        self.options = options
+        self.clock = clock
+        self.listener = listener
+        self._lease_until_ms = lease_until_ms
+        self._fenced = asyncio.Event()
+
+    async def run(self) -> RunState | None:
+        """Run the attempt to its end; returns the outcome written, or None if fenced/released."""
+        ctx = self.ctx
+        self.listener.started(ctx.job, ctx.slot, ctx.attempt)
+        handler_task = asyncio.create_task(self._call_handler(), name=f"anarchon:{ctx.job}@{ctx.slot}")
+        beat_task = asyncio.create_task(self._heartbeats(), name=f"anarchon-heartbeat:{ctx.job}@{ctx.slot}")
+        try:
+            outcome = await self._until_end(handler_task)
+        finally:
+            beat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat_task
+        return outcome
+
+    async def _call_handler(self) -> None:
+        await self.handler(self.ctx)
+
+    async def _until_end(self, handler_task: asyncio.Task[None]) -> RunState | None:
+        ctx = self.ctx
+        fenced_wait = asyncio.create_task(self._fenced.wait())
+        stop_wait = asyncio.create_task(ctx.stop.wait())
+        timeout_s = None if self.options.timeout_ms is None else self.options.timeout_ms / 1000
+        try:
+            done, _ = await asyncio.wait(
+                {handler_task, fenced_wait, stop_wait}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if handler_task not in done and not self._fenced.is_set() and not ctx.stop.is_set():
+                ctx.request_stop(TIMEOUT)
+            if handler_task not in done:
+                # Give the handler its grace to wind down after a stop request.
+                grace = 0 if ctx.stop_reason == FENCED else self.options.stop_grace_ms / 1000
+                await asyncio.wait({handler_task}, timeout=grace)
+        finally:
+            fenced_wait.cancel()
+            stop_wait.cancel()
+        if not handler_task.done():
+            handler_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await handler_task
+        if self._fenced.is_set():
+            self.listener.fenced(ctx.job, ctx.slot, ctx.attempt, ctx.stop_reason or FENCED)
+            return None
+        return await self._record_end(handler_task)
+
+    async def _record_end(self, task: asyncio.Task[None]) -> RunState | None:
+        ctx = self.ctx
+        error: str | None = None
+        if task.cancelled():
+            if ctx.stop_reason == TIMEOUT:
+                return await self._finish(RunState.FAILED, f"timed out after {self.options.timeout_ms} ms")
+            return await self._release(f"handed over: {ctx.stop_reason or 'cancelled'}")
+        exc = task.exception()
+        if exc is None:
+            return await self._finish(RunState.SUCCESS, None)
+        if isinstance(exc, RunInterrupted):
+            return await self._release(str(exc) or "interrupted")
+        if isinstance(exc, RunFailed):
+            error = str(exc) or "failed"
+        else:
+            log.error("handler of %s@%s raised", ctx.job, ctx.slot, exc_info=exc)
+            error = f"{type(exc).__name__}: {exc}"
+        return await self._finish(RunState.FAILED, error)
+
+    async def _with_retries(self, what: str, op: object) -> bool | None:
+        """Retry a final write while our lease may still be valid; None if it never got through."""
+        assert callable(op)
+        delay = 0.05
+        while True:
+            try:
+                return bool(await op())
+            except StoreError as exc:
+                self.listener.store_error(what, self.ctx.job, str(exc))
+                if self.clock.now_ms() >= self._lease_until_ms:
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.options.heartbeat_ms / 1000)
+
+    async def _finish(self, outcome: RunState, error: str | None) -> RunState | None:
+        ctx = self.ctx
+        ok = await self._with_retries(
+            "finish",
+            lambda: self.backend.finish(ctx.job, ctx.slot, ctx.token, self.clock.now_ms(), outcome, error),
+        )
+        if ok:
+            self.listener.finished(ctx.job, ctx.slot, ctx.attempt, outcome, error)
+            return outcome
+        self.listener.fenced(
+            ctx.job, ctx.slot, ctx.attempt, "finish rejected: " + ("fenced" if ok is False else "store unreachable")
+        )
+        return None
+
+    async def _release(self, reason: str) -> RunState | None:
+        ctx = self.ctx
+        ok = await self._with_retries(
+            "release", lambda: self.backend.release(ctx.job, ctx.slot, ctx.token, self.clock.now_ms(), reason)
+        )
+        if ok:
+            self.listener.finished(ctx.job, ctx.slot, ctx.attempt, RunState.INTERRUPTED, reason)
+            return RunState.INTERRUPTED
+        return None
+
+    async def _heartbeats(self) -> None:
+        """Push the lease forward every heartbeat while the handler is alive."""
+        ctx = self.ctx
+        opts = self.options
+        first = True
+        while True:
+            if not first:
+                await self.clock.sleep(opts.heartbeat_ms)
+            first = False
+            now = self.clock.now_ms()
+            try:
+                if ctx.alive:
+                    ok = await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, opts.lease_ms)
+                    if ok:
+                        self._lease_until_ms = now + opts.lease_ms
+                else:
+                    run = await self.backend.get_run(ctx.job, ctx.slot)
+                    ok = run is not None and run.token == ctx.token and run.state.active
+            except StoreError as exc:
+                self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc))
+                if self.clock.now_ms() >= self._lease_until_ms:
+                    # We cannot prove we still hold the run; a backup may have taken it.
+                    ctx.request_stop(LEASE_LOST)
+                    self._fenced.set()
+                    return
+                continue
+            if not ok:
+                ctx.request_stop(FENCED)
+                self._fenced.set()
+                return

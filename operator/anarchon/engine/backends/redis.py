@@ -1,0 +1,652 @@
+"""Redis (and Valkey), lease strategy: every run is a hash, every change one Lua script.
+
+Why Lua and not MULTI/WATCH: a claim must read (does the run exist? which runs of the job
+are active?) and then write, atomically with respect to every other claim of the job. With
+WATCH that is at least three round trips (WATCH, reads, MULTI/EXEC) and, under contention
+(every instance claims the same slot at the same moment, which is the normal case here),
+all losers' EXECs abort and must retry. A script runs to completion inside the server, so
+each operation is one round trip and there is no retry loop: the first script wins, the
+others see its write. Scripts are registered once (``register_script``) and called by
+SHA (EVALSHA); after a ``SCRIPT FLUSH`` or a failover to a server that never saw them,
+redis-py gets NOSCRIPT and loads them again transparently.
+
+The rules are those of :mod:`anarchon.engine.transitions`, re-implemented in Lua; the
+conformance suite holds both to the same outcomes.
+
+Key layout (``P`` is the prefix, ``J`` the job name with ``%``, ``{`` and ``}``
+percent-encoded so that it is always exactly the hash tag)::
+
+    P:{J}:run:<slot>   hash   one run: job, slot, state, attempt, instance, token,
+                              lease_until, created, updated, error (absent when None),
+                              attempts (a JSON array, edited with cjson in Lua)
+    P:{J}:active       zset   slots of the runs in Claimed or Running, score = slot
+    P:{J}:runs         zset   slots of all runs, score = slot (last_slot, history, prune)
+    P:{J}:schedule     hash   fingerprint, since
+
+The ``{J}`` hash tag puts all keys of one job in one Redis Cluster slot, which is what lets
+a script touch the active runs of the job it claims for. Scripts compute the keys of other
+runs of the same job from the ``P:{J}:run:`` base they are given; they always stay inside
+that one hash slot.
+
+Times are the caller's ``now_ms`` (see :mod:`anarchon.engine.backend`), never the server's
+clock, so every backend runs on the same injectable clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from .. import transitions
+from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
+from ..errors import ConfigError, StoreError
+from ..model import Attempt, ClaimOutcome, ClaimResult, Run, RunState, token_hash
+
+T = TypeVar("T")
+
+# Shared by every state-changing script: the state test and closing the current attempt
+# exactly as transitions._close_attempt does (only if it is still open).
+_LUA_COMMON = """
+local function is_active(state)
+  return state == 'Claimed' or state == 'Running'
+end
+
+local function close_attempt(attempts_json, now, outcome, has_err, err)
+  local attempts = cjson.decode(attempts_json)
+  local n = #attempts
+  if n == 0 then
+    return '[]'
+  end
+  local last = attempts[n]
+  if last['ended_ms'] == nil or last['ended_ms'] == cjson.null then
+    last['ended_ms'] = tonumber(now)
+    last['outcome'] = outcome
+    if has_err == '1' then
+      last['error'] = err
+    else
+      last['error'] = cjson.null
+    end
+  end
+  return cjson.encode(attempts)
+end
+
+local function set_error(key, has_err, err)
+  if has_err == '1' then
+    redis.call('HSET', key, 'error', err)
+  else
+    redis.call('HDEL', key, 'error')
+  end
+end
+
+local function expire_final(key, retention)
+  if retention ~= '' then
+    redis.call('PEXPIRE', key, retention)
+  end
+end
+"""
+
+# KEYS: run, active, runs.  ARGV: run_base, job, slot, instance, token, now, lease_until,
+# overlap, attempts_json, retention, replace_reason.
+# Returns {'taken', hgetall} | {'skipped', other_slot} | {'won', {hgetall of replaced}...}.
+_CLAIM = (
+    _LUA_COMMON
+    + """
+local run_key, active_key, runs_key = KEYS[1], KEYS[2], KEYS[3]
+local base, job, slot, instance, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now, lease_until, overlap, attempts_json = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local retention, reason = ARGV[10], ARGV[11]
+
+if redis.call('EXISTS', run_key) == 1 then
+  return {'taken', redis.call('HGETALL', run_key)}
+end
+
+-- The job's other active runs, oldest first; Allow does not need them at all.
+local others = {}
+if overlap ~= 'Allow' then
+  for _, m in ipairs(redis.call('ZRANGE', active_key, 0, -1)) do
+    if m ~= slot then
+      if redis.call('EXISTS', base .. m) == 1 then
+        table.insert(others, m)
+        if overlap == 'Skip' then
+          break
+        end
+      else
+        redis.call('ZREM', active_key, m)  -- defensive: never left behind by these scripts
+      end
+    end
+  end
+end
+
+if #others > 0 and overlap == 'Skip' then
+  redis.call('HSET', run_key, 'job', job, 'slot', slot, 'state', 'Skipped', 'attempt', '0',
+    'instance', instance, 'token', '', 'lease_until', '0', 'created', now, 'updated', now,
+    'error', 'skipped: the run of slot ' .. others[1] .. ' is still active', 'attempts', '[]')
+  redis.call('ZADD', runs_key, slot, slot)
+  expire_final(run_key, retention)
+  return {'skipped', others[1]}
+end
+
+local replaced = {}
+if overlap == 'Replace' then
+  for _, m in ipairs(others) do
+    local key = base .. m
+    local attempts = redis.call('HGET', key, 'attempts')
+    redis.call('HSET', key, 'attempts', close_attempt(attempts, now, 'Interrupted', '1', reason),
+      'state', 'Interrupted', 'error', reason, 'lease_until', '0', 'updated', now)
+    redis.call('ZREM', active_key, m)
+    expire_final(key, retention)
+    table.insert(replaced, redis.call('HGETALL', key))
+  end
+end
+
+redis.call('HSET', run_key, 'job', job, 'slot', slot, 'state', 'Claimed', 'attempt', '1',
+  'instance', instance, 'token', token, 'lease_until', lease_until, 'created', now,
+  'updated', now, 'attempts', attempts_json)
+redis.call('ZADD', active_key, slot, slot)
+redis.call('ZADD', runs_key, slot, slot)
+
+-- With a retention, run hashes expire but zset members cannot: drop up to two of the
+-- oldest members whose hash is gone, so the index shrinks as fast as it grows. The newest
+-- member is always kept, so last_slot survives the expiry of the last run.
+if retention ~= '' then
+  local newest = redis.call('ZRANGE', runs_key, -1, -1)[1]
+  for _, m in ipairs(redis.call('ZRANGE', runs_key, 0, 1)) do
+    if m ~= newest and redis.call('EXISTS', base .. m) == 0 then
+      redis.call('ZREM', runs_key, m)
+    end
+  end
+end
+
+return {'won', replaced}
+"""
+)
+
+# KEYS: run.  ARGV: token, now, now + lease_ms.  Returns 1, or 0 when fenced off.
+_HEARTBEAT = """
+local st = redis.call('HMGET', KEYS[1], 'state', 'token', 'lease_until')
+if not st[1] or (st[1] ~= 'Claimed' and st[1] ~= 'Running') or st[2] ~= ARGV[1] then
+  return 0
+end
+local lease = st[3]
+if tonumber(ARGV[3]) > tonumber(lease) then
+  lease = ARGV[3]
+end
+redis.call('HSET', KEYS[1], 'state', 'Running', 'lease_until', lease, 'updated', ARGV[2])
+return 1
+"""
+
+# KEYS: run, active.  ARGV: token, now, outcome, has_err, err, retention, slot.
+_FINISH = (
+    _LUA_COMMON
+    + """
+local st = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempts')
+if not st[1] or not is_active(st[1]) or st[2] ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5]),
+  'state', ARGV[3], 'lease_until', '0', 'updated', ARGV[2])
+set_error(KEYS[1], ARGV[4], ARGV[5])
+redis.call('ZREM', KEYS[2], ARGV[7])
+expire_final(KEYS[1], ARGV[6])
+return 1
+"""
+)
+
+# KEYS: run.  ARGV: token, now, reason.  The run stays active with an expired lease.
+_RELEASE = (
+    _LUA_COMMON
+    + """
+local st = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempts')
+if not st[1] or not is_active(st[1]) or st[2] ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], 'Interrupted', '1', ARGV[3]),
+  'lease_until', '0', 'error', ARGV[3], 'updated', ARGV[2])
+return 1
+"""
+)
+
+# KEYS: run, active.  ARGV: now, max_attempts, instance, token, lease_until, token_hash,
+# retention, slot.  Returns {'taken'} | {'taken', hgetall} | {'won', hgetall}.
+_TAKEOVER = (
+    _LUA_COMMON
+    + """
+local key = KEYS[1]
+local now = ARGV[1]
+local st = redis.call('HMGET', key, 'state', 'lease_until', 'attempt', 'attempts')
+if not st[1] then
+  return {'taken'}
+end
+if not is_active(st[1]) or tonumber(st[2]) > tonumber(now) then
+  return {'taken', redis.call('HGETALL', key)}
+end
+local attempts = close_attempt(st[4], now, 'Interrupted', '1', 'lease expired')
+if tonumber(st[3]) >= tonumber(ARGV[2]) then
+  redis.call('HSET', key, 'attempts', attempts, 'updated', now, 'state', 'Interrupted',
+    'error', 'lease expired after attempt ' .. st[3] .. ' of ' .. ARGV[2], 'lease_until', '0')
+  redis.call('ZREM', KEYS[2], ARGV[8])
+  expire_final(key, ARGV[7])
+  return {'taken', redis.call('HGETALL', key)}
+end
+local list = cjson.decode(attempts)
+local nxt = tonumber(st[3]) + 1
+table.insert(list, {attempt = nxt, instance = ARGV[3], token_hash = ARGV[6], started_ms = tonumber(now),
+  ended_ms = cjson.null, outcome = 'Running', error = cjson.null})
+redis.call('HSET', key, 'attempts', cjson.encode(list), 'updated', now, 'attempt', tostring(nxt),
+  'state', 'Claimed', 'instance', ARGV[3], 'token', ARGV[4], 'lease_until', ARGV[5])
+redis.call('HDEL', key, 'error')
+return {'won', redis.call('HGETALL', key)}
+"""
+)
+
+# KEYS: schedule.  ARGV: fingerprint, now.  Returns since.
+_SCHEDULE_SINCE = """
+local st = redis.call('HMGET', KEYS[1], 'fingerprint', 'since')
+if st[1] == ARGV[1] then
+  return st[2]
+end
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'since', ARGV[2])
+return ARGV[2]
+"""
+
+# KEYS: runs.  ARGV: run_base, before_slot, batch.  Returns {deleted, index entries removed}.
+# Batched so that pruning a long history never blocks the server for long.
+_PRUNE = """
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local deleted = 0
+local removed = 0
+for _, m in ipairs(members) do
+  local key = ARGV[1] .. m
+  local state = redis.call('HGET', key, 'state')
+  if not state then
+    redis.call('ZREM', KEYS[1], m)  -- expired by retention: only the index entry was left
+    removed = removed + 1
+  elseif state ~= 'Claimed' and state ~= 'Running' then
+    redis.call('DEL', key)
+    redis.call('ZREM', KEYS[1], m)
+    deleted = deleted + 1
+    removed = removed + 1
+  end
+end
+return {deleted, removed}
+"""
+
+# KEYS: active.  ARGV: run_base.  One consistent snapshot in one round trip.
+_ACTIVE_RUNS = """
+local out = {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local h = redis.call('HGETALL', ARGV[1] .. m)
+  if #h > 0 then
+    table.insert(out, h)
+  end
+end
+return out
+"""
+
+# KEYS: runs.  ARGV: run_base, limit.  Newest first, skipping index entries whose hash expired.
+_HISTORY = """
+local limit = tonumber(ARGV[2])
+local out = {}
+local start = 0
+while #out < limit do
+  local members = redis.call('ZREVRANGE', KEYS[1], start, start + limit - 1)
+  if #members == 0 then
+    break
+  end
+  for _, m in ipairs(members) do
+    local h = redis.call('HGETALL', ARGV[1] .. m)
+    if #h > 0 then
+      table.insert(out, h)
+      if #out >= limit then
+        break
+      end
+    end
+  end
+  start = start + limit
+end
+return out
+"""
+
+_PRUNE_BATCH = 500
+
+
+def _text(value: object) -> str:
+    """A reply item as text, whether or not the client decodes responses."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)
+
+
+def _pairs(flat: object) -> dict[str, str]:
+    """An HGETALL reply (a dict from redis-py, a flat list from a script) as a dict."""
+    if isinstance(flat, Mapping):
+        return {_text(k): _text(v) for k, v in flat.items()}
+    if not isinstance(flat, Sequence):
+        raise StoreError(f"redis: unexpected reply {flat!r}")
+    items = [_text(v) for v in flat]
+    return dict(zip(items[0::2], items[1::2], strict=True))
+
+
+def _run_from_hash(fields: Mapping[str, str]) -> Run:
+    error = fields.get("error")
+    return Run(
+        job=fields["job"],
+        slot=int(fields["slot"]),
+        state=RunState(fields["state"]),
+        attempt=int(fields["attempt"]),
+        instance=fields["instance"],
+        token=fields["token"],
+        lease_until_ms=int(fields["lease_until"]),
+        created_ms=int(fields["created"]),
+        updated_ms=int(fields["updated"]),
+        error=error,
+        attempts=[Attempt.from_json(a) for a in json.loads(fields["attempts"])],
+    )
+
+
+def _tag(job: str) -> str:
+    """The job name as a hash tag: exactly the text between the braces, never empty.
+
+    Redis Cluster hashes the text between the first ``{`` and the next ``}``; a job name
+    with braces of its own would change that, and ``{}`` (an empty name) would make Redis
+    hash the whole key, scattering the job's keys over several slots.
+    """
+    if not job:
+        return "%"  # not the encoding of any non-empty name: '%' is always followed by 2 hex digits
+    return job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def redact_url(url: str) -> str:
+    """The URL without password or query (which may carry ``password=``), for messages."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        if parts.username:
+            host = f"{parts.username}@{host}"
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    except ValueError:
+        return "<unparsable redis URL>"
+
+
+class RedisBackend(LeaseBackend):
+    """Lease store on Redis or Valkey (standalone or behind a proxy; keys are cluster-ready).
+
+    ``retention_ms``: when set, every run that becomes final (Success, Failed, Interrupted,
+    Skipped) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
+    the store forever even if nobody calls :meth:`prune`. It must be far longer than any
+    window in which an instance could still claim that slot (catch-up, clock skew): once a
+    run's hash has expired, its slot could be claimed, and run, again. Active runs never
+    expire. The ``runs`` index is trimmed lazily by claims and prune, keeping the newest
+    entry so that :meth:`last_slot` (the base of catch-up) survives the expiry.
+
+    ``client``: pass an existing ``redis.asyncio.Redis`` to share its pool; it is then not
+    closed by :meth:`close`. Otherwise one is made from ``url`` with short socket timeouts
+    and no automatic command retry: a store that does not answer within a few seconds should
+    surface as :class:`StoreError` to the scheduler, which decides what to retry, rather than
+    block a claim past its slot. Retrying a script whose reply was lost could also turn a won
+    claim into ``taken`` (the run then exists, with our own token), so it is not done blindly.
+    """
+
+    capabilities = Capabilities(name="redis", leases=True)
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "anarchon",
+        client: aioredis.Redis | None = None,
+        retention_ms: int | None = None,
+        socket_timeout_s: float = 5.0,
+    ) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ConfigError(f"redis prefix {prefix!r}: braces are reserved for the job's hash tag")
+        if retention_ms is not None and retention_ms <= 0:
+            raise ConfigError(f"redis retention_ms must be positive, got {retention_ms}")
+        self.url = url
+        self.prefix = prefix
+        self.retention_ms = retention_ms
+        self._safe_url = redact_url(url)
+        self._owns_client = client is None
+        if client is None:
+            client = aioredis.Redis.from_url(
+                url,
+                decode_responses=True,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=socket_timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+        self._client: aioredis.Redis = client
+        self._claim = client.register_script(_CLAIM)
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._finish = client.register_script(_FINISH)
+        self._release = client.register_script(_RELEASE)
+        self._takeover = client.register_script(_TAKEOVER)
+        self._schedule_since = client.register_script(_SCHEDULE_SINCE)
+        self._prune = client.register_script(_PRUNE)
+        self._active_runs = client.register_script(_ACTIVE_RUNS)
+        self._history = client.register_script(_HISTORY)
+        self._scripts: list[AsyncScript] = [
+            self._claim,
+            self._heartbeat,
+            self._finish,
+            self._release,
+            self._takeover,
+            self._schedule_since,
+            self._prune,
+            self._active_runs,
+            self._history,
+        ]
+        self._retention = "" if retention_ms is None else str(retention_ms)
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def job_prefix(self, job: str) -> str:
+        """``P:{J}:``, the start of every key of ``job``; ``{J}`` is its hash tag."""
+        return f"{self.prefix}:{{{_tag(job)}}}:"
+
+    def run_key(self, job: str, slot: int) -> str:
+        return f"{self.job_prefix(job)}run:{slot}"
+
+    def active_key(self, job: str) -> str:
+        return f"{self.job_prefix(job)}active"
+
+    def runs_key(self, job: str) -> str:
+        return f"{self.job_prefix(job)}runs"
+
+    def schedule_key(self, job: str) -> str:
+        return f"{self.job_prefix(job)}schedule"
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self._client
+
+    async def _call(self, what: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await what()
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"redis {self._safe_url}: {type(exc).__name__}: {exc}") from exc
+
+    async def setup(self) -> None:
+        """Check the server answers and load the scripts, so the first claim is one EVALSHA."""
+
+        async def work() -> None:
+            await self._client.ping()
+            for script in self._scripts:
+                script.sha = await self._client.script_load(script.script)
+
+        await self._call(work)
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    # -- operations ---------------------------------------------------------------------
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        job, slot = request.job, request.slot
+        lease_until = request.now_ms + request.lease_ms
+        first = Attempt(1, request.instance, token_hash(request.token), request.now_ms)
+        attempts = [first.to_json()]
+        reply = await self._call(
+            lambda: self._claim(
+                keys=[self.run_key(job, slot), self.active_key(job), self.runs_key(job)],
+                args=[
+                    f"{self.job_prefix(job)}run:",
+                    job,
+                    str(slot),
+                    request.instance,
+                    request.token,
+                    str(request.now_ms),
+                    str(lease_until),
+                    str(request.overlap),
+                    json.dumps(attempts),
+                    self._retention,
+                    f"replaced by the run of slot {slot}",
+                ],
+            )
+        )
+        outcome = _text(reply[0])
+        if outcome == "taken":
+            return ClaimResult(ClaimOutcome.TAKEN, _run_from_hash(_pairs(reply[1])))
+        if outcome == "skipped":
+            skipped = Run(
+                job=job,
+                slot=slot,
+                state=RunState.SKIPPED,
+                attempt=0,
+                instance=request.instance,
+                token="",
+                lease_until_ms=0,
+                created_ms=request.now_ms,
+                updated_ms=request.now_ms,
+                error=f"skipped: the run of slot {_text(reply[1])} is still active",
+            )
+            return ClaimResult(ClaimOutcome.SKIPPED, skipped)
+        replaced = [_run_from_hash(_pairs(flat)) for flat in reply[1]]
+        run = Run(
+            job=job,
+            slot=slot,
+            state=RunState.CLAIMED,
+            attempt=1,
+            instance=request.instance,
+            token=request.token,
+            lease_until_ms=lease_until,
+            created_ms=request.now_ms,
+            updated_ms=request.now_ms,
+            attempts=[first],
+        )
+        return ClaimResult(ClaimOutcome.WON, run, replaced)
+
+    async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        reply = await self._call(
+            lambda: self._heartbeat(keys=[self.run_key(job, slot)], args=[token, str(now_ms), str(now_ms + lease_ms)])
+        )
+        return int(reply) == 1
+
+    async def finish(
+        self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
+    ) -> bool:
+        if outcome.active or outcome is RunState.SKIPPED:
+            # The same refusal as transitions.finish, before touching the store.
+            transitions.finish(None, token, now_ms, outcome, error)
+        reply = await self._call(
+            lambda: self._finish(
+                keys=[self.run_key(job, slot), self.active_key(job)],
+                args=[
+                    token,
+                    str(now_ms),
+                    str(outcome),
+                    "0" if error is None else "1",
+                    error or "",
+                    self._retention,
+                    str(slot),
+                ],
+            )
+        )
+        return int(reply) == 1
+
+    async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
+        reply = await self._call(
+            lambda: self._release(keys=[self.run_key(job, slot)], args=[token, str(now_ms), reason])
+        )
+        return int(reply) == 1
+
+    async def takeover(self, request: TakeoverRequest) -> ClaimResult:
+        job, slot = request.job, request.slot
+        reply = await self._call(
+            lambda: self._takeover(
+                keys=[self.run_key(job, slot), self.active_key(job)],
+                args=[
+                    str(request.now_ms),
+                    str(request.max_attempts),
+                    request.instance,
+                    request.token,
+                    str(request.now_ms + request.lease_ms),
+                    token_hash(request.token),
+                    self._retention,
+                    str(slot),
+                ],
+            )
+        )
+        outcome = ClaimOutcome.WON if _text(reply[0]) == "won" else ClaimOutcome.TAKEN
+        run = _run_from_hash(_pairs(reply[1])) if len(reply) > 1 else None
+        return ClaimResult(outcome, run)
+
+    async def get_run(self, job: str, slot: int) -> Run | None:
+        fields = await self._call(lambda: self._client.hgetall(self.run_key(job, slot)))
+        return _run_from_hash(_pairs(fields)) if fields else None
+
+    async def active_runs(self, job: str) -> list[Run]:
+        reply = await self._call(
+            lambda: self._active_runs(keys=[self.active_key(job)], args=[f"{self.job_prefix(job)}run:"])
+        )
+        return [_run_from_hash(_pairs(flat)) for flat in reply]
+
+    async def last_slot(self, job: str) -> int | None:
+        newest = await self._call(lambda: self._client.zrange(self.runs_key(job), 0, 0, desc=True))
+        return int(_text(newest[0])) if newest else None
+
+    async def history(self, job: str, limit: int = 50) -> list[Run]:
+        if limit <= 0:
+            return []
+        reply = await self._call(
+            lambda: self._history(keys=[self.runs_key(job)], args=[f"{self.job_prefix(job)}run:", str(limit)])
+        )
+        runs = [_run_from_hash(_pairs(flat)) for flat in reply]
+        for run in runs:
+            run.token = ""
+        return runs
+
+    async def schedule_since(self, job: str, fingerprint: str, now_ms: int) -> int:
+        reply = await self._call(
+            lambda: self._schedule_since(keys=[self.schedule_key(job)], args=[fingerprint, str(now_ms)])
+        )
+        return int(_text(reply))
+
+    async def prune(self, job: str, before_slot: int) -> int:
+        total = 0
+        while True:
+            reply = await self._call(
+                lambda: self._prune(
+                    keys=[self.runs_key(job)],
+                    args=[f"{self.job_prefix(job)}run:", str(before_slot), str(_PRUNE_BATCH)],
+                )
+            )
+            deleted, removed = int(reply[0]), int(reply[1])
+            total += deleted
+            # Active runs stay in the index: a batch that removed nothing made no progress
+            # (all it saw were active runs), and one that removed less than a batch was the last.
+            if removed < _PRUNE_BATCH:
+                return total

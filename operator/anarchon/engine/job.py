@@ -1,0 +1,185 @@
+"""A job: a name, a schedule, a handler and the policies that govern its runs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from .backend import Backend
+from .errors import ConfigError
+from .model import Attempt, CatchUp, Overlap, Run
+from .schedule import Schedule
+
+
+class RunContext:
+    """What a handler learns about the attempt it runs, and how it talks back.
+
+    ``stop`` is set when the engine wants the handler to end: ``stop_reason`` says why
+    ("fenced", "timeout", "shutdown"). A handler that cannot finish its work by then raises
+    :class:`~anarchon.engine.RunInterrupted` to hand the run over; returning means success.
+
+    ``set_alive(False)`` stops the heartbeats without ending the handler: the lease then
+    runs out and a backup takes the next attempt. The operator uses it while a Pod is gone.
+    """
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        slot: int,
+        attempt: int,
+        token: str,
+        instance: str,
+        previous: Attempt | None = None,
+        replaced: list[Run] | None = None,
+    ) -> None:
+        self.job = job
+        self.slot = slot
+        self.attempt = attempt
+        self.token = token
+        self.instance = instance
+        self.previous = previous
+        self.replaced = replaced or []
+        self.stop = asyncio.Event()
+        self.stop_reason: str | None = None
+        self._alive = True
+
+    @property
+    def scheduled_at(self) -> datetime:
+        return datetime.fromtimestamp(self.slot / 1000, UTC)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def set_alive(self, alive: bool) -> None:
+        self._alive = alive
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stop.set()
+
+    def __repr__(self) -> str:
+        return f"<RunContext {self.job}@{self.slot} attempt={self.attempt} instance={self.instance}>"
+
+
+Handler = Callable[[RunContext], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Policies of a job. ``None`` means "the default for the store in use".
+
+    Defaults on a lease store: overlap Skip, 3 attempts, no catch-up. On a claim-only store
+    the only honourable values are overlap Allow, 1 attempt and no catch-up; asking for
+    anything else there is a :class:`ConfigError`, never a silent downgrade.
+    """
+
+    jitter_ms: int = 1_000
+    heartbeat_ms: int = 2_000
+    lease_ms: int | None = None  # default: 3 heartbeats
+    overlap: Overlap | None = None
+    catch_up: CatchUp | None = None
+    catch_up_window_ms: int = 3_600_000
+    max_catch_up: int = 100
+    starting_deadline_ms: int | None = None
+    max_attempts: int | None = None
+    timeout_ms: int | None = None
+    stop_grace_ms: int = 5_000
+    suspend: bool = False
+
+    @property
+    def effective_lease_ms(self) -> int:
+        return self.lease_ms if self.lease_ms is not None else 3 * self.heartbeat_ms
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """JobOptions with every default filled in for one store; what the loop runs on."""
+
+    jitter_ms: int
+    heartbeat_ms: int
+    lease_ms: int
+    overlap: Overlap
+    catch_up: CatchUp
+    catch_up_window_ms: int
+    max_catch_up: int
+    starting_deadline_ms: int | None
+    max_attempts: int
+    timeout_ms: int | None
+    stop_grace_ms: int
+    suspend: bool
+    leases: bool
+
+
+def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") -> ResolvedOptions:
+    """Check ``options`` against what ``backend`` can honour and fill in the defaults."""
+    leases = backend.capabilities.leases
+    store = backend.capabilities.name
+    if options.heartbeat_ms <= 0:
+        raise ConfigError(f"{job}: heartbeat must be positive")
+    lease_ms = options.effective_lease_ms
+    if leases and lease_ms <= options.heartbeat_ms:
+        raise ConfigError(
+            f"{job}: the lease ({lease_ms} ms) must be longer than the heartbeat ({options.heartbeat_ms} ms),"
+            " or every heartbeat would arrive after the lease ran out; use at least 2 heartbeats"
+        )
+    if options.jitter_ms < 0:
+        raise ConfigError(f"{job}: jitter must not be negative")
+    if options.max_attempts is not None and options.max_attempts < 1:
+        raise ConfigError(f"{job}: maxAttempts must be at least 1")
+    if options.timeout_ms is not None and options.timeout_ms <= 0:
+        raise ConfigError(f"{job}: timeout must be positive")
+    if options.starting_deadline_ms is not None and options.starting_deadline_ms < 0:
+        raise ConfigError(f"{job}: startingDeadline must not be negative")
+    if not leases:
+        refused = []
+        if options.overlap not in (None, Overlap.ALLOW):
+            refused.append(f"overlap={options.overlap} (needs a lease to see that an earlier run is active)")
+        if options.max_attempts not in (None, 1):
+            refused.append(f"maxAttempts={options.max_attempts} (retries need a lease that backups can check)")
+        if options.catch_up not in (None, CatchUp.NONE):
+            refused.append(f"catchUp={options.catch_up} (needs the run history a lease store keeps)")
+        if refused:
+            raise ConfigError(
+                f"{job}: the {store} store is claim-only and cannot honour "
+                + "; ".join(refused)
+                + ". Use a lease store (sqlite, redis, postgresql) or drop these settings."
+            )
+    overlap = options.overlap or (Overlap.SKIP if leases else Overlap.ALLOW)
+    return ResolvedOptions(
+        jitter_ms=options.jitter_ms,
+        heartbeat_ms=options.heartbeat_ms,
+        lease_ms=lease_ms,
+        overlap=overlap,
+        catch_up=options.catch_up or CatchUp.NONE,
+        catch_up_window_ms=options.catch_up_window_ms,
+        max_catch_up=max(1, options.max_catch_up),
+        starting_deadline_ms=options.starting_deadline_ms,
+        max_attempts=options.max_attempts or (3 if leases else 1),
+        timeout_ms=options.timeout_ms,
+        stop_grace_ms=options.stop_grace_ms,
+        suspend=options.suspend,
+        leases=leases,
+    )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A named piece of work. The name is the job's identity in the store: keep it stable."""
+
+    name: str
+    schedule: Schedule
+    handler: Handler
+    options: JobOptions = field(default_factory=JobOptions)
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 200 or any(c.isspace() for c in self.name):
+            raise ConfigError(f"job name {self.name!r}: use 1 to 200 characters without spaces")
+
+    def with_options(self, **changes: object) -> Job:
+        return dataclasses.replace(self, options=dataclasses.replace(self.options, **changes))  # type: ignore[arg-type]

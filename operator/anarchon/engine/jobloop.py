@@ -1,0 +1,334 @@
+"""One job's life on one instance: compute slots, claim them, run what it wins, back up the rest.
+
+Every instance runs the same loop for the same job. The loop never asks the others
+anything: the slot numbers agree because they come from the schedule alone, and the store
+decides who wins each one. Three concerns live here, each in its own coroutine:
+
+* the slot loop: wait for the next slot, then (after jitter) claim it;
+* catch-up, once at start: the slots missed while no instance ran, per policy;
+* the backup loop (lease stores): every 1 to 2 heartbeats look at the job's active runs and
+  take over any whose lease ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from .attempt import SHUTDOWN, AttemptRunner
+from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
+from .clock import Clock
+from .errors import StoreError
+from .events import EngineListener
+from .job import Job, ResolvedOptions, RunContext, resolve_options
+from .model import CatchUp, ClaimOutcome, ClaimResult, Run, RunState, new_token
+from .schedule import slots_between
+
+log = logging.getLogger("anarchon.engine.jobloop")
+T = TypeVar("T")
+
+
+class JobLoop:
+    """Drives one job on one instance until :meth:`stop`."""
+
+    def __init__(
+        self,
+        job: Job,
+        backend: Backend,
+        *,
+        instance: str,
+        clock: Clock,
+        listener: EngineListener | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.backend = backend
+        self.instance = instance
+        self.clock = clock
+        self.listener = listener or EngineListener()
+        self.rng = rng or random.Random()
+        self._job = job
+        self._opts = resolve_options(job.options, backend, job=job.name)
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[int, AttemptRunner] = {}
+        self._main: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._since_ms: int | None = None
+
+    @property
+    def job(self) -> Job:
+        return self._job
+
+    @property
+    def options(self) -> ResolvedOptions:
+        return self._opts
+
+    @property
+    def running_slots(self) -> list[int]:
+        """Slots whose attempt this instance is running right now."""
+        return sorted(self._running)
+
+    def update(self, job: Job) -> None:
+        """Swap in a new definition; it takes effect from the next slot, nothing restarts.
+
+        Raises ConfigError (and keeps the old definition) if the new one is not honourable.
+        """
+        if job.name != self._job.name:
+            raise ValueError("a job loop cannot change the job's name")
+        self._opts = resolve_options(job.options, self.backend, job=job.name)
+        self._job = job
+        self._changed.set()
+
+    def start(self) -> None:
+        if self._main:
+            return
+        self._main.append(asyncio.create_task(self._slot_loop(), name=f"anarchon-slots:{self._job.name}"))
+        if isinstance(self.backend, LeaseBackend):
+            self._main.append(asyncio.create_task(self._backup_loop(), name=f"anarchon-backup:{self._job.name}"))
+
+    async def stop(self, *, handover: bool = True) -> None:
+        """Stop claiming; hand running attempts over (release their leases) or cancel them."""
+        self._stopping = True
+        for task in self._main:
+            task.cancel()
+        for runner in list(self._running.values()):
+            runner.ctx.request_stop(SHUTDOWN)
+        if not handover:
+            for task in self._tasks:
+                task.cancel()
+        pending = [*self._main, *self._tasks]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._main.clear()
+
+    async def trigger(self, slot: int | None = None) -> ClaimResult:
+        """Claim (and run, if won) a run now, outside the schedule: a manual trigger."""
+        slot = self.clock.now_ms() if slot is None else slot
+        result = await self._claim(slot)
+        if result.won and result.run is not None:
+            self._spawn(self._run_attempt(result.run, result), f"anarchon-run:{self._job.name}@{slot}")
+        return result
+
+    # -- the slot loop -------------------------------------------------------------------------
+
+    async def _slot_loop(self) -> None:
+        cursor = await self._start_cursor()
+        while True:
+            job = self._job
+            slot = job.schedule.next_after(cursor)
+            self._changed.clear()
+            woke_for_change = await self._sleep_until(slot)
+            if woke_for_change:
+                await self._note_schedule()
+                continue  # recompute the next slot with the new definition from the same cursor
+            cursor = slot
+            if self._opts.suspend:
+                continue
+            self._spawn(self._handle_slot(slot), f"anarchon-slot:{job.name}@{slot}")
+
+    async def _sleep_until(self, t_ms: int) -> bool:
+        """Sleep until ``t_ms``; True if woken early because the job's definition changed."""
+        sleeper = asyncio.create_task(self.clock.sleep_until(t_ms))
+        changed = asyncio.create_task(self._changed.wait())
+        try:
+            done, _ = await asyncio.wait({sleeper, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            changed.cancel()
+        return sleeper not in done
+
+    async def _note_schedule(self) -> int:
+        """Record the current schedule's fingerprint; returns since when it is in force."""
+        if not isinstance(self.backend, LeaseBackend):
+            return self.clock.now_ms()
+        backend = self.backend
+        job = self._job
+        self._since_ms = await self._retry(
+            "schedule", lambda: backend.schedule_since(job.name, job.schedule.fingerprint, self.clock.now_ms())
+        )
+        return self._since_ms
+
+    async def _start_cursor(self) -> int:
+        """Where the slot loop starts: now, after catching up on missed slots per policy."""
+        now = self.clock.now_ms()
+        since = await self._note_schedule()
+        opts = self._opts
+        if not isinstance(self.backend, LeaseBackend) or opts.catch_up is CatchUp.NONE:
+            return now
+        backend = self.backend
+        job = self._job
+        last = await self._retry("last_slot", lambda: backend.last_slot(job.name))
+        if last is None:
+            return now  # no history of this job: nothing was missed
+        base = max(last, since - 1, now - opts.catch_up_window_ms)
+        missed = list(slots_between(job.schedule, base, now))
+        if not missed:
+            return now
+        chosen = missed[-1:] if opts.catch_up is CatchUp.LATEST else missed[-opts.max_catch_up :]
+        for slot in missed:
+            if slot not in chosen:
+                self.listener.missed(
+                    job.name, slot, f"catch-up policy {opts.catch_up} runs {len(chosen)} of {len(missed)}"
+                )
+        log.info("%s: catching up %d missed slot(s)", job.name, len(chosen))
+        for slot in chosen:
+            self._spawn(self._handle_slot(slot, catch_up=True), f"anarchon-catchup:{job.name}@{slot}")
+        return now
+
+    async def _handle_slot(self, slot: int, *, catch_up: bool = False) -> None:
+        opts = self._opts
+        job = self._job
+        if opts.jitter_ms:
+            await self.clock.sleep(self.rng.randint(0, opts.jitter_ms))
+        if self._stopping:
+            return
+        late = self.clock.now_ms() - slot
+        if opts.starting_deadline_ms is not None and late > opts.starting_deadline_ms:
+            self.listener.missed(job.name, slot, f"{late} ms late, past the starting deadline")
+            return
+        try:
+            result = await self._claim(slot)
+        except StoreError as exc:
+            self.listener.missed(job.name, slot, f"store unreachable until the deadline: {exc}")
+            return
+        if result.outcome is ClaimOutcome.SKIPPED:
+            self.listener.skipped(job.name, slot, (result.run.error if result.run else None) or "overlap")
+        if result.won and result.run is not None:
+            await self._run_attempt(result.run, result)
+
+    async def _claim(self, slot: int) -> ClaimResult:
+        """Claim with retries on store errors; a lost reply is recognised by our own token."""
+        job = self._job
+        opts = self._opts
+        token = new_token()
+        deadline = slot + (
+            opts.starting_deadline_ms if opts.starting_deadline_ms is not None else max(opts.lease_ms, 30_000)
+        )
+        delay = 0.05
+        retried = False
+        while True:
+            now = self.clock.now_ms()
+            request = ClaimRequest(job.name, slot, self.instance, token, now, opts.lease_ms, opts.overlap)
+            try:
+                result = await self.backend.claim(request)
+            except StoreError as exc:
+                self.listener.store_error("claim", job.name, str(exc))
+                if self.clock.now_ms() > deadline or self._stopping:
+                    raise
+                retried = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if retried and result.outcome is ClaimOutcome.TAKEN and isinstance(self.backend, LeaseBackend):
+                mine = await self._retry("get_run", lambda: self.backend.get_run(job.name, slot))  # type: ignore[attr-defined]
+                if mine is not None and mine.token == token:
+                    result = ClaimResult(ClaimOutcome.WON, mine)
+            self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
+            return result
+
+    # -- running what we won --------------------------------------------------------------------
+
+    async def _run_attempt(self, run: Run, result: ClaimResult, *, previous_instance: str | None = None) -> None:
+        job = self._job
+        ctx = RunContext(
+            job=job.name,
+            slot=run.slot,
+            attempt=run.attempt,
+            token=run.token,
+            instance=self.instance,
+            previous=run.attempts[-2] if len(run.attempts) >= 2 else None,
+            replaced=result.replaced,
+        )
+        if not isinstance(self.backend, LeaseBackend):
+            await self._run_claim_only(ctx)
+            return
+        runner = AttemptRunner(
+            self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms
+        )
+        self._running[run.slot] = runner
+        try:
+            await runner.run()
+        finally:
+            self._running.pop(run.slot, None)
+
+    async def _run_claim_only(self, ctx: RunContext) -> None:
+        """Without a lease there is nothing to heartbeat or record; just run the handler."""
+        job = self._job
+        self.listener.started(job.name, ctx.slot, ctx.attempt)
+        timeout = None if self._opts.timeout_ms is None else self._opts.timeout_ms / 1000
+        try:
+            await asyncio.wait_for(job.handler(ctx), timeout)
+        except TimeoutError:
+            self.listener.finished(job.name, ctx.slot, 1, RunState.FAILED, "timed out")
+        except Exception as exc:
+            self.listener.finished(job.name, ctx.slot, 1, RunState.FAILED, f"{type(exc).__name__}: {exc}")
+        else:
+            self.listener.finished(job.name, ctx.slot, 1, RunState.SUCCESS, None)
+
+    # -- backups ---------------------------------------------------------------------------------
+
+    async def _backup_loop(self) -> None:
+        """Check the job's active runs every 1 to 2 heartbeats; take over expired leases."""
+        assert isinstance(self.backend, LeaseBackend)
+        backend = self.backend
+        while True:
+            await self.clock.sleep(int(self._opts.heartbeat_ms * self.rng.uniform(1.0, 2.0)))
+            if self._stopping:
+                return
+            try:
+                active = await backend.active_runs(self._job.name)
+            except StoreError as exc:
+                self.listener.store_error("active_runs", self._job.name, str(exc))
+                continue
+            now = self.clock.now_ms()
+            for run in active:
+                if run.slot in self._running or not run.lease_expired(now):
+                    continue
+                await self._try_takeover(backend, run)
+
+    async def _try_takeover(self, backend: LeaseBackend, run: Run) -> None:
+        opts = self._opts
+        request = TakeoverRequest(
+            run.job, run.slot, self.instance, new_token(), self.clock.now_ms(), opts.lease_ms, opts.max_attempts
+        )
+        try:
+            result = await backend.takeover(request)
+        except StoreError as exc:
+            self.listener.store_error("takeover", run.job, str(exc))
+            return
+        if result.won and result.run is not None:
+            self.listener.took_over(run.job, run.slot, result.run.attempt, run.instance)
+            self._spawn(self._run_attempt(result.run, result), f"anarchon-takeover:{run.job}@{run.slot}")
+        elif (
+            result.run is not None
+            and result.run.state is RunState.INTERRUPTED
+            and result.run.updated_ms == request.now_ms
+        ):
+            self.listener.run_interrupted_final(result.run)
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s crashed", task.get_name(), exc_info=exc)
+
+    async def _retry(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Retry a read the loop cannot go on without, logging each store error."""
+        delay = 0.05
+        while True:
+            try:
+                return await op()
+            except StoreError as exc:
+                self.listener.store_error(what, self._job.name, str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)

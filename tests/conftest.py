@@ -1,0 +1,17 @@
+"""Shared fixtures: real servers (see tests/servers/README.md) and the lease-backend matrix."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+# Server fixtures are defined next to their launchers; importing them here makes them
+# available to every test. A module not written yet is simply not offered.
+for _name, _fixture in (
+    ("redis", "redis_url"),
+    ("postgres", "postgres_url"),
+    ("nats", "nats_url"),
+    ("rabbitmq", "amqp_url"),
+):
+    if importlib.util.find_spec(f"tests.servers.{_name}") is not None:
+        globals()[_fixture] = getattr(importlib.import_module(f"tests.servers.{_name}"), _fixture)

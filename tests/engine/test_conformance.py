@@ -1,0 +1,255 @@
+"""The lease-backend contract, held against every real lease store (sqlite, redis, postgres).
+
+These are the rules of ``anarchon.engine.transitions``; a backend that implements them in
+SQL or Lua must give exactly the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from anarchon.engine import (
+    ClaimOutcome,
+    ClaimRequest,
+    LeaseBackend,
+    Overlap,
+    RunState,
+    TakeoverRequest,
+    new_token,
+    token_hash,
+)
+
+NOW = 1_800_000_000_000
+LEASE = 6_000
+
+
+def req(job: str, slot: int, instance: str = "a", token: str | None = None, now: int = NOW,
+        overlap: Overlap = Overlap.ALLOW) -> ClaimRequest:
+    return ClaimRequest(job, slot, instance, token or new_token(), now, LEASE, overlap)
+
+
+async def test_first_claim_wins_and_second_is_taken(lease_backend: LeaseBackend, job_name: str) -> None:
+    first = await lease_backend.claim(req(job_name, 10, "a", "tok-a"))
+    second = await lease_backend.claim(req(job_name, 10, "b", "tok-b"))
+    assert first.outcome is ClaimOutcome.WON
+    assert first.run is not None and first.run.attempt == 1 and first.run.instance == "a"
+    assert first.run.lease_until_ms == NOW + LEASE
+    assert second.outcome is ClaimOutcome.TAKEN
+    stored = await lease_backend.get_run(job_name, 10)
+    assert stored is not None
+    assert (stored.state, stored.instance, stored.token, stored.attempt) == (RunState.CLAIMED, "a", "tok-a", 1)
+    assert [a.token_hash for a in stored.attempts] == [token_hash("tok-a")]
+
+
+async def test_concurrent_claims_have_exactly_one_winner(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    backends = [make_backend() for _ in range(5)]
+    await asyncio.gather(*(b.setup() for b in backends))
+    try:
+        for slot in range(20):
+            results = await asyncio.gather(
+                *(b.claim(req(job_name, slot, f"i{n}")) for n, b in enumerate(backends))
+            )
+            assert sum(r.won for r in results) == 1, (slot, results)
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_jobs_do_not_collide(lease_backend: LeaseBackend, job_name: str) -> None:
+    assert (await lease_backend.claim(req(job_name, 1))).won
+    assert (await lease_backend.claim(req(job_name + "-other", 1))).won
+
+
+async def test_heartbeat_extends_lease_and_marks_running(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, token="t1"))
+    assert await lease_backend.heartbeat(job_name, 1, "t1", NOW + 2_000, LEASE)
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.RUNNING and run.lease_until_ms == NOW + 2_000 + LEASE
+
+
+async def test_heartbeat_and_finish_with_wrong_token_are_fenced(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, token="t1"))
+    assert not await lease_backend.heartbeat(job_name, 1, "stale", NOW + 1, LEASE)
+    assert not await lease_backend.finish(job_name, 1, "stale", NOW + 1, RunState.SUCCESS)
+    assert not await lease_backend.release(job_name, 1, "stale", NOW + 1, "x")
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.CLAIMED and run.lease_until_ms == NOW + LEASE
+
+
+async def test_heartbeat_on_missing_run_is_rejected(lease_backend: LeaseBackend, job_name: str) -> None:
+    assert not await lease_backend.heartbeat(job_name, 99, "t", NOW, LEASE)
+
+
+async def test_finish_success_and_failure(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, token="t1"))
+    await lease_backend.claim(req(job_name, 2, token="t2"))
+    assert await lease_backend.finish(job_name, 1, "t1", NOW + 500, RunState.SUCCESS)
+    assert await lease_backend.finish(job_name, 2, "t2", NOW + 600, RunState.FAILED, "exit code 3")
+    one = await lease_backend.get_run(job_name, 1)
+    two = await lease_backend.get_run(job_name, 2)
+    assert one is not None and one.state is RunState.SUCCESS and one.error is None
+    assert one.attempts[0].outcome is RunState.SUCCESS and one.attempts[0].ended_ms == NOW + 500
+    assert two is not None and two.state is RunState.FAILED and two.error == "exit code 3"
+    assert two.attempts[0].error == "exit code 3"
+    # A final run accepts nothing more, not even from its own token.
+    assert not await lease_backend.heartbeat(job_name, 1, "t1", NOW + 700, LEASE)
+    assert not await lease_backend.finish(job_name, 1, "t1", NOW + 700, RunState.FAILED)
+    assert (await lease_backend.active_runs(job_name)) == []
+
+
+async def test_takeover_only_after_expiry(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, "a", "t1"))
+    early = await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "t2", NOW + LEASE - 1, LEASE, 3))
+    assert early.outcome is ClaimOutcome.TAKEN
+    late = await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "t2", NOW + LEASE + 1, LEASE, 3))
+    assert late.won and late.run is not None
+    assert (late.run.attempt, late.run.instance, late.run.token) == (2, "b", "t2")
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.attempt == 2 and run.instance == "b" and run.state is RunState.CLAIMED
+    assert [(a.attempt, a.instance, a.outcome) for a in run.attempts] == [
+        (1, "a", RunState.INTERRUPTED),
+        (2, "b", RunState.RUNNING),
+    ]
+    # The old runner is fenced off; the new one is not.
+    assert not await lease_backend.heartbeat(job_name, 1, "t1", NOW + LEASE + 2, LEASE)
+    assert not await lease_backend.finish(job_name, 1, "t1", NOW + LEASE + 2, RunState.SUCCESS)
+    assert await lease_backend.heartbeat(job_name, 1, "t2", NOW + LEASE + 2, LEASE)
+    assert await lease_backend.finish(job_name, 1, "t2", NOW + LEASE + 3, RunState.SUCCESS)
+
+
+async def test_concurrent_takeovers_have_one_winner(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:
+    backends = [make_backend() for _ in range(4)]
+    await asyncio.gather(*(b.setup() for b in backends))
+    try:
+        await backends[0].claim(req(job_name, 1, "a", "t1"))
+        results = await asyncio.gather(
+            *(b.takeover(TakeoverRequest(job_name, 1, f"b{n}", f"t{n}", NOW + LEASE + 5, LEASE, 3))
+              for n, b in enumerate(backends))
+        )
+        assert sum(r.won for r in results) == 1
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_takeover_exhausted_makes_run_interrupted(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, "a", "t1"))
+    t = NOW + LEASE + 1
+    assert (await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "t2", t, LEASE, 2))).won
+    final = await lease_backend.takeover(TakeoverRequest(job_name, 1, "c", "t3", t + LEASE + 1, LEASE, 2))
+    assert final.outcome is ClaimOutcome.TAKEN
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 2
+    assert run.attempts[-1].outcome is RunState.INTERRUPTED
+    assert await lease_backend.active_runs(job_name) == []
+
+
+async def test_release_lets_a_backup_take_over_at_once(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, "a", "t1"))
+    assert await lease_backend.release(job_name, 1, "t1", NOW + 10, "handed over")
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state.active and run.lease_until_ms <= NOW + 10
+    assert run.attempts[0].outcome is RunState.INTERRUPTED and run.attempts[0].error == "handed over"
+    taken = await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "t2", NOW + 11, LEASE, 3))
+    assert taken.won and taken.run is not None and taken.run.attempt == 2
+
+
+async def test_overlap_skip_records_skipped(lease_backend: LeaseBackend, job_name: str) -> None:
+    assert (await lease_backend.claim(req(job_name, 1, overlap=Overlap.SKIP))).won
+    skipped = await lease_backend.claim(req(job_name, 2, "b", overlap=Overlap.SKIP))
+    assert skipped.outcome is ClaimOutcome.SKIPPED
+    again = await lease_backend.claim(req(job_name, 2, "c", overlap=Overlap.SKIP))
+    assert again.outcome is ClaimOutcome.TAKEN  # the skip is recorded once, for everyone
+    run = await lease_backend.get_run(job_name, 2)
+    assert run is not None and run.state is RunState.SKIPPED and run.error and "1" in run.error
+
+
+async def test_overlap_skip_after_previous_finished(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, token="t1", overlap=Overlap.SKIP))
+    await lease_backend.finish(job_name, 1, "t1", NOW + 1, RunState.SUCCESS)
+    assert (await lease_backend.claim(req(job_name, 2, overlap=Overlap.SKIP))).won
+
+
+async def test_concurrent_overlap_skip_claims_of_two_slots(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """Two slots of one job claimed at once under Skip: never both win."""
+    backends = [make_backend() for _ in range(4)]
+    await asyncio.gather(*(b.setup() for b in backends))
+    try:
+        for round_ in range(10):
+            base = round_ * 10
+            results = await asyncio.gather(
+                *(b.claim(req(job_name, base + n % 2, f"i{n}", overlap=Overlap.SKIP)) for n, b in enumerate(backends))
+            )
+            assert sum(r.won for r in results) == 1, results
+            for run in await backends[0].active_runs(job_name):
+                await backends[0].finish(job_name, run.slot, run.token, NOW, RunState.SUCCESS)
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_overlap_allow_runs_both(lease_backend: LeaseBackend, job_name: str) -> None:
+    assert (await lease_backend.claim(req(job_name, 1, overlap=Overlap.ALLOW))).won
+    assert (await lease_backend.claim(req(job_name, 2, overlap=Overlap.ALLOW))).won
+    assert [r.slot for r in await lease_backend.active_runs(job_name)] == [1, 2]
+
+
+async def test_overlap_replace_interrupts_older(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1, "a", "t1", overlap=Overlap.REPLACE))
+    result = await lease_backend.claim(req(job_name, 2, "b", "t2", overlap=Overlap.REPLACE))
+    assert result.won
+    assert [r.slot for r in result.replaced] == [1]
+    old = await lease_backend.get_run(job_name, 1)
+    assert old is not None and old.state is RunState.INTERRUPTED and old.error and "2" in old.error
+    assert not await lease_backend.heartbeat(job_name, 1, "t1", NOW + 1, LEASE)
+    assert [r.slot for r in await lease_backend.active_runs(job_name)] == [2]
+
+
+async def test_last_slot_history_and_prune(lease_backend: LeaseBackend, job_name: str) -> None:
+    assert await lease_backend.last_slot(job_name) is None
+    for slot in (10, 30, 20):
+        await lease_backend.claim(req(job_name, slot, token=f"t{slot}"))
+    await lease_backend.finish(job_name, 10, "t10", NOW, RunState.SUCCESS)
+    await lease_backend.finish(job_name, 20, "t20", NOW, RunState.FAILED, "boom")
+    assert await lease_backend.last_slot(job_name) == 30
+    history = await lease_backend.history(job_name, limit=2)
+    assert [r.slot for r in history] == [30, 20]
+    assert all(r.token == "" for r in history)
+    assert history[1].state is RunState.FAILED and history[1].attempts[0].instance == "a"
+    pruned = await lease_backend.prune(job_name, before_slot=30)
+    assert pruned == 2  # 10 and 20 are final; 30 is active and older-than is exclusive
+    assert [r.slot for r in await lease_backend.history(job_name)] == [30]
+
+
+async def test_prune_keeps_active_runs(lease_backend: LeaseBackend, job_name: str) -> None:
+    await lease_backend.claim(req(job_name, 1))
+    assert await lease_backend.prune(job_name, before_slot=100) == 0
+    assert await lease_backend.get_run(job_name, 1) is not None
+
+
+async def test_schedule_since(lease_backend: LeaseBackend, job_name: str) -> None:
+    assert await lease_backend.schedule_since(job_name, "every:10000", NOW) == NOW
+    assert await lease_backend.schedule_since(job_name, "every:10000", NOW + 50) == NOW
+    assert await lease_backend.schedule_since(job_name, "every:5000", NOW + 60) == NOW + 60
+    assert await lease_backend.schedule_since(job_name, "every:5000", NOW + 70) == NOW + 60
+
+
+async def test_setup_is_idempotent(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:
+    backend = make_backend()
+    await backend.setup()
+    await backend.setup()
+    try:
+        assert (await backend.claim(req(job_name, 1))).won
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize("outcome", [RunState.CLAIMED, RunState.SKIPPED])
+async def test_finish_refuses_non_outcomes(lease_backend: LeaseBackend, job_name: str, outcome: RunState) -> None:
+    await lease_backend.claim(req(job_name, 1, token="t"))
+    with pytest.raises(ValueError):
+        await lease_backend.finish(job_name, 1, "t", NOW, outcome)
