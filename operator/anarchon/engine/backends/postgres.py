@@ -1,0 +1,488 @@
+"""PostgreSQL: a lease store in one table keyed by ``(job, slot)``, with psycopg 3 (async).
+
+Layout. One row per run in ``anarchon_runs`` (primary key ``(job, slot)``, the attempts as
+``jsonb``), a partial index over the active runs (Claimed, Running) so that the overlap
+check and :meth:`active_runs` read a handful of index entries however long the history, and
+``anarchon_schedules`` for :meth:`schedule_since`. :meth:`setup` creates all of it with
+``IF NOT EXISTS`` / ``OR REPLACE``, serialized by a transaction-scoped advisory lock, because
+two instances starting at once can otherwise race on the system catalogs (a unique
+violation on ``pg_type`` is the classic symptom).
+
+Semantics. Every operation does exactly what :mod:`anarchon.engine.transitions` does; the
+conformance suite holds this backend to the same tests as the SQLite reference. The logic
+lives in the server rather than in Python for speed: a claim is ONE round trip to a
+PL/pgSQL function, heartbeat/finish/release are one ``UPDATE`` each, and a takeover is one
+call to a function. Claims must also be atomic *across slots* of a job (overlap Skip:
+two different slots of the same job claimed at once must not both run), which a primary
+key alone cannot give; the claim function takes a per-job ``pg_advisory_xact_lock``, so
+claims of one job are serialized while claims of different jobs never wait for each other.
+Heartbeat, finish, release and takeover are single-row ``UPDATE``s whose ``WHERE`` carries
+the whole precondition (token, active state, expired lease): PostgreSQL re-checks it on
+the newest row version after waiting for a concurrent writer, which makes fencing and
+exactly-one-takeover hold without any lock of ours.
+
+Connections. ``psycopg_pool`` is not a dependency, so the backend keeps a tiny pool of its
+own: up to ``pool_size`` autocommit connections, opened lazily, each used by one call at a
+time. Every psycopg error becomes a :class:`~anarchon.engine.errors.StoreError` (with any
+password scrubbed from the message); a connection that broke is thrown away together
+with the idle ones (a restarted server has broken all of them), so the call after an
+outage reconnects. A call that fails is never retried here: whether a claim that died in
+flight was committed is unknowable, and the engine already treats StoreError as
+"try again later".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
+from ..errors import ConfigError, StoreError
+from ..model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+# Identifiers are derived from the table name by suffixes (``_claim``, ``_close_attempt``...),
+# and PostgreSQL truncates identifiers at 63 bytes, so the name leaves room for the longest.
+_TABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+
+_COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {runs} (
+    job text NOT NULL,
+    slot bigint NOT NULL,
+    state text NOT NULL,
+    attempt integer NOT NULL,
+    instance text NOT NULL,
+    token text NOT NULL,
+    lease_until bigint NOT NULL,
+    created bigint NOT NULL,
+    updated bigint NOT NULL,
+    error text,
+    attempts jsonb NOT NULL,
+    PRIMARY KEY (job, slot)
+);
+CREATE INDEX IF NOT EXISTS {active_index} ON {runs} (job, slot) WHERE state IN ('Claimed', 'Running');
+CREATE TABLE IF NOT EXISTS {schedules} (
+    job text PRIMARY KEY,
+    fingerprint text NOT NULL,
+    since bigint NOT NULL
+);
+
+-- transitions._close_attempt: end the last attempt if it is still open.
+CREATE OR REPLACE FUNCTION {close_fn}(p_attempts jsonb, p_now bigint, p_outcome text, p_error text)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT CASE
+        WHEN jsonb_array_length(p_attempts) > 0 AND (p_attempts -> -1 ->> 'ended_ms') IS NULL
+        THEN jsonb_set(p_attempts, ARRAY['-1'], (p_attempts -> -1)
+                       || jsonb_build_object('ended_ms', p_now, 'outcome', p_outcome, 'error', p_error))
+        ELSE p_attempts
+    END
+$fn$;
+
+-- transitions.claim, in one round trip. Rows: the decided run with role won, taken or
+-- skipped, plus one row with role replaced per run interrupted by Overlap Replace.
+CREATE OR REPLACE FUNCTION {claim_fn}(
+    p_job text, p_slot bigint, p_instance text, p_token text, p_token_hash text,
+    p_now bigint, p_lease bigint, p_overlap text)
+RETURNS TABLE (
+    o_role text, o_job text, o_slot bigint, o_state text, o_attempt integer, o_instance text, o_token text,
+    o_lease_until bigint, o_created bigint, o_updated bigint, o_error text, o_attempts jsonb)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_other bigint;
+    v_reason text;
+BEGIN
+    -- Fast path without the lock: every instance but the winner finds the run taken.
+    RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Serialize the claims of this job: the overlap decision reads other slots' rows.
+    PERFORM pg_advisory_xact_lock(hashtextextended({lock_prefix} || p_job, 0));
+    RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    IF p_overlap = 'Skip' THEN
+        SELECT min(r.slot) INTO v_other FROM {runs} AS r
+        WHERE r.job = p_job AND r.state IN ('Claimed', 'Running');
+        IF v_other IS NOT NULL THEN
+            RETURN QUERY
+            WITH ins AS (
+                INSERT INTO {runs} AS r VALUES (
+                    p_job, p_slot, 'Skipped', 0, p_instance, '', 0, p_now, p_now,
+                    'skipped: the run of slot ' || v_other || ' is still active', '[]'::jsonb)
+                RETURNING r.*)
+            SELECT 'skipped'::text, ins.* FROM ins;
+            RETURN;
+        END IF;
+    ELSIF p_overlap = 'Replace' THEN
+        v_reason := 'replaced by the run of slot ' || p_slot;
+        RETURN QUERY
+        WITH upd AS (
+            UPDATE {runs} AS r
+            SET attempts = {close_fn}(r.attempts, p_now, 'Interrupted', v_reason),
+                state = 'Interrupted', error = v_reason, lease_until = 0, updated = p_now
+            WHERE r.job = p_job AND r.slot <> p_slot AND r.state IN ('Claimed', 'Running')
+            RETURNING r.*)
+        SELECT 'replaced'::text, upd.* FROM upd;
+    END IF;
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO {runs} AS r VALUES (
+            p_job, p_slot, 'Claimed', 1, p_instance, p_token, p_now + p_lease, p_now, p_now, NULL,
+            jsonb_build_array(jsonb_build_object(
+                'attempt', 1, 'instance', p_instance, 'token_hash', p_token_hash, 'started_ms', p_now,
+                'ended_ms', NULL, 'outcome', 'Running', 'error', NULL)))
+        RETURNING r.*)
+    SELECT 'won'::text, ins.* FROM ins;
+END
+$fn$;
+
+-- transitions.takeover: one UPDATE whose WHERE is the precondition (active, lease
+-- expired), so that of several backups exactly one matches; then the current row if not.
+CREATE OR REPLACE FUNCTION {takeover_fn}(
+    p_job text, p_slot bigint, p_instance text, p_token text, p_token_hash text,
+    p_now bigint, p_lease bigint, p_max integer)
+RETURNS TABLE (
+    o_role text, o_job text, o_slot bigint, o_state text, o_attempt integer, o_instance text, o_token text,
+    o_lease_until bigint, o_created bigint, o_updated bigint, o_error text, o_attempts jsonb)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN QUERY
+    WITH upd AS (
+        UPDATE {runs} AS r
+        SET attempts = CASE WHEN r.attempt >= p_max
+                THEN {close_fn}(r.attempts, p_now, 'Interrupted', 'lease expired')
+                ELSE {close_fn}(r.attempts, p_now, 'Interrupted', 'lease expired')
+                     || jsonb_build_array(jsonb_build_object(
+                        'attempt', r.attempt + 1, 'instance', p_instance, 'token_hash', p_token_hash,
+                        'started_ms', p_now, 'ended_ms', NULL, 'outcome', 'Running', 'error', NULL))
+                END,
+            state = CASE WHEN r.attempt >= p_max THEN 'Interrupted' ELSE 'Claimed' END,
+            error = CASE WHEN r.attempt >= p_max
+                THEN 'lease expired after attempt ' || r.attempt || ' of ' || p_max END,
+            lease_until = CASE WHEN r.attempt >= p_max THEN 0 ELSE p_now + p_lease END,
+            attempt = CASE WHEN r.attempt >= p_max THEN r.attempt ELSE r.attempt + 1 END,
+            instance = CASE WHEN r.attempt >= p_max THEN r.instance ELSE p_instance END,
+            token = CASE WHEN r.attempt >= p_max THEN r.token ELSE p_token END,
+            updated = p_now
+        WHERE r.job = p_job AND r.slot = p_slot AND r.state IN ('Claimed', 'Running') AND r.lease_until <= p_now
+        RETURNING r.*)
+    SELECT CASE WHEN upd.state = 'Interrupted' THEN 'taken' ELSE 'won' END, upd.* FROM upd;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+    END IF;
+END
+$fn$;
+"""
+
+_FENCE = "job = %s AND slot = %s AND token = %s AND state IN ('Claimed', 'Running')"
+
+
+def _row_to_run(row: Sequence[Any]) -> Run:
+    job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts = row
+    return Run(
+        job=job,
+        slot=int(slot),
+        state=RunState(state),
+        attempt=int(attempt),
+        instance=instance,
+        token=token,
+        lease_until_ms=int(lease_until),
+        created_ms=int(created),
+        updated_ms=int(updated),
+        error=error,
+        attempts=[Attempt.from_json(a) for a in attempts],
+    )
+
+
+class PostgresBackend(LeaseBackend):
+    """Lease store in a PostgreSQL database shared by every instance.
+
+    ``table`` names the runs table (the schedules table and the functions are named after
+    it), so that several deployments can share one database. The connecting role needs
+    CREATE on the schema for :meth:`setup`.
+    """
+
+    capabilities = Capabilities(name="postgres", leases=True)
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        table: str = "anarchon_runs",
+        pool_size: int = 4,
+        connect_timeout_s: float = 10.0,
+        command_timeout_s: float | None = 30.0,
+        application_name: str = "anarchon",
+    ) -> None:
+        if not _TABLE_RE.fullmatch(table):
+            raise ConfigError(f"postgres table name {table!r}: use letters, digits and _ (at most 48)")
+        if pool_size < 1:
+            raise ConfigError(f"postgres pool_size must be at least 1, not {pool_size}")
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error:
+            raise ConfigError("postgres URL cannot be parsed") from None  # the URL may hold a password
+        self._url = url
+        self._password = str(params.get("password") or "")
+        self._where = f"postgres {params.get('user') or ''}@{params.get('host') or ''}:{params.get('port') or 5432}"
+        self._where += f"/{params.get('dbname') or ''}"
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in params:
+            self._connect_kwargs["connect_timeout"] = max(1, round(connect_timeout_s))
+        if "application_name" not in params:
+            self._connect_kwargs["application_name"] = application_name
+        self._command_timeout_s = command_timeout_s
+        self.table = table
+        schedules = table.removesuffix("_runs") + "_schedules" if table.endswith("_runs") else f"{table}_schedules"
+        self.schedules_table = schedules
+
+        ident = sql.Identifier
+        names = {
+            "runs": ident(table),
+            "schedules": ident(schedules),
+            "active_index": ident(f"{table}_active"),
+            "close_fn": ident(f"{table}_close_attempt"),
+            "claim_fn": ident(f"{table}_claim"),
+            "takeover_fn": ident(f"{table}_takeover"),
+            "lock_prefix": sql.Literal(f"{table}:"),
+        }
+
+        # Queries are composed once (the table is the only identifier) and kept as bytes,
+        # which psycopg caches and prepares server-side after a few executions.
+        def q(text: str) -> bytes:
+            return sql.SQL(text).format(**names).as_bytes(None)
+
+        self._q_schema = q(_SCHEMA)
+        self._setup_lock_key = f"anarchon-setup:{table}"
+        self._q_claim = q(
+            "SELECT * FROM {claim_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
+            " %s::bigint, %s::bigint, %s::text)"
+        )
+        self._q_takeover = q(
+            "SELECT * FROM {takeover_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
+            " %s::bigint, %s::bigint, %s::integer)"
+        )
+        self._q_heartbeat = q(
+            "UPDATE {runs} SET state = 'Running', lease_until = GREATEST(lease_until, %s::bigint + %s::bigint),"
+            f" updated = %s::bigint WHERE {_FENCE}"
+        )
+        self._q_finish = q(
+            "UPDATE {runs} SET attempts = {close_fn}(attempts, %s::bigint, %s::text, %s::text),"
+            f" state = %s::text, error = %s::text, lease_until = 0, updated = %s::bigint WHERE {_FENCE}"
+        )
+        self._q_release = q(
+            "UPDATE {runs} SET attempts = {close_fn}(attempts, %s::bigint, 'Interrupted', %s::text),"
+            f" lease_until = 0, error = %s::text, updated = %s::bigint WHERE {_FENCE}"
+        )
+        self._q_get = q(f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s AND slot = %s")
+        self._q_active = q(
+            f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s AND state IN ('Claimed', 'Running') ORDER BY slot"
+        )
+        self._q_last = q("SELECT max(slot) FROM {runs} WHERE job = %s")
+        self._q_history = q(f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s ORDER BY slot DESC LIMIT %s")
+        self._q_prune = q("DELETE FROM {runs} WHERE job = %s AND slot < %s AND state NOT IN ('Claimed', 'Running')")
+        # Replace the fingerprint only when it changed; the WHERE is re-checked after a
+        # concurrent upsert of the same job, so racing instances agree on one ``since``.
+        self._q_schedule_upsert = q(
+            "INSERT INTO {schedules} AS s (job, fingerprint, since) VALUES (%s, %s, %s)"
+            " ON CONFLICT (job) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, since = EXCLUDED.since"
+            " WHERE s.fingerprint <> EXCLUDED.fingerprint RETURNING s.since"
+        )
+        self._q_schedule_get = q("SELECT since FROM {schedules} WHERE job = %s")
+
+        self._slots = asyncio.Semaphore(pool_size)
+        self._idle: list[Conn] = []
+        self._closed = False
+
+    # -- connections --------------------------------------------------------------------
+    def _error(self, exc: BaseException) -> StoreError:
+        """A StoreError naming the server but never the password."""
+        message = str(exc).strip() or type(exc).__name__
+        if self._password:
+            message = message.replace(self._password, "***")
+        return StoreError(f"{self._where}: {message}")
+
+    async def _connect(self) -> Conn:
+        conn: Conn = await psycopg.AsyncConnection.connect(self._url, **self._connect_kwargs)
+        return conn
+
+    async def _discard(self, conn: Conn | None, *, idle_too: bool) -> None:
+        """Close a connection whose state is unknown; with ``idle_too`` the idle ones as well.
+
+        After a connection broke, the idle ones most likely broke with it (the server
+        restarted or the network dropped), and using them would fail one call each.
+        """
+        doomed = [conn] if conn is not None else []
+        if idle_too:
+            doomed += self._idle
+            self._idle = []
+        for c in doomed:
+            with contextlib.suppress(Exception):  # already broken; closing is best effort
+                await c.close()
+
+    async def _run(self, op: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``op`` on a pooled connection, turning every failure into StoreError."""
+        if self._closed:
+            raise StoreError(f"{self._where}: backend used after close()")
+        async with self._slots:
+            conn: Conn | None = None
+            try:
+                conn = self._idle.pop() if self._idle else await self._connect()
+                async with asyncio.timeout(self._command_timeout_s):
+                    result = await op(conn)
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                # A query error (e.g. a missing table before setup) leaves an autocommit
+                # connection usable; a broken or timed-out one is thrown away.
+                if conn is not None and not conn.broken and not conn.closed and not isinstance(exc, TimeoutError):
+                    self._idle.append(conn)
+                else:
+                    await self._discard(conn, idle_too=True)
+                raise self._error(exc) from exc
+            except BaseException:
+                # Cancelled mid-query: the connection may be in the middle of a result.
+                await self._discard(conn, idle_too=False)
+                raise
+            if self._closed:
+                await self._discard(conn, idle_too=False)
+            else:
+                self._idle.append(conn)
+            return result
+
+    async def _rows(self, query: bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async def op(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
+        return await self._run(op)
+
+    async def _rowcount(self, query: bytes, params: Sequence[Any]) -> int:
+        async def op(conn: Conn) -> int:
+            cur = await conn.execute(query, params)
+            return cur.rowcount
+
+        return await self._run(op)
+
+    # -- life cycle ---------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create the tables, index and functions; safe to run from many instances at once."""
+        self._closed = False
+
+        async def op(conn: Conn) -> None:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (self._setup_lock_key,))
+                await conn.execute(self._q_schema)
+
+        await self._run(op)
+
+    async def close(self) -> None:
+        """Close the idle connections; calls still running close theirs when they end."""
+        self._closed = True
+        await self._discard(None, idle_too=True)
+
+    # -- claims and leases --------------------------------------------------------------
+    @staticmethod
+    def _result(rows: list[tuple[Any, ...]]) -> ClaimResult:
+        """Turn the rows of the claim or takeover function into a ClaimResult."""
+        decided = [r for r in rows if r[0] != "replaced"]
+        replaced = sorted((_row_to_run(r[1:]) for r in rows if r[0] == "replaced"), key=lambda run: run.slot)
+        if not decided:
+            return ClaimResult(ClaimOutcome.TAKEN, None)
+        role, *row = decided[0]
+        return ClaimResult(ClaimOutcome(role), _row_to_run(row), replaced)
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        overlap = Overlap(request.overlap)
+        rows = await self._rows(
+            self._q_claim,
+            (
+                request.job,
+                request.slot,
+                request.instance,
+                request.token,
+                token_hash(request.token),
+                request.now_ms,
+                request.lease_ms,
+                str(overlap),
+            ),
+        )
+        return self._result(rows)
+
+    async def takeover(self, request: TakeoverRequest) -> ClaimResult:
+        rows = await self._rows(
+            self._q_takeover,
+            (
+                request.job,
+                request.slot,
+                request.instance,
+                request.token,
+                token_hash(request.token),
+                request.now_ms,
+                request.lease_ms,
+                request.max_attempts,
+            ),
+        )
+        return self._result(rows)
+
+    async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        return await self._rowcount(self._q_heartbeat, (now_ms, lease_ms, now_ms, job, slot, token)) == 1
+
+    async def finish(
+        self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
+    ) -> bool:
+        outcome = RunState(outcome)
+        if outcome.active or outcome is RunState.SKIPPED:
+            raise ValueError(f"finish: {outcome} is not an outcome of a run that ran")
+        params = (now_ms, str(outcome), error, str(outcome), error, now_ms, job, slot, token)
+        return await self._rowcount(self._q_finish, params) == 1
+
+    async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
+        return await self._rowcount(self._q_release, (now_ms, reason, reason, now_ms, job, slot, token)) == 1
+
+    # -- reads and housekeeping ---------------------------------------------------------
+    async def get_run(self, job: str, slot: int) -> Run | None:
+        rows = await self._rows(self._q_get, (job, slot))
+        return _row_to_run(rows[0]) if rows else None
+
+    async def active_runs(self, job: str) -> list[Run]:
+        return [_row_to_run(r) for r in await self._rows(self._q_active, (job,))]
+
+    async def last_slot(self, job: str) -> int | None:
+        rows = await self._rows(self._q_last, (job,))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+    async def history(self, job: str, limit: int = 50) -> list[Run]:
+        runs = [_row_to_run(r) for r in await self._rows(self._q_history, (job, limit))]
+        for run in runs:
+            run.token = ""
+        return runs
+
+    async def schedule_since(self, job: str, fingerprint: str, now_ms: int) -> int:
+        async def op(conn: Conn) -> int:
+            # Two statements, not one: the SELECT must take a fresh snapshot to see a row
+            # that a concurrent instance committed while our upsert waited for it.
+            cur = await conn.execute(self._q_schedule_upsert, (job, fingerprint, now_ms))
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(self._q_schedule_get, (job,))
+                row = await cur.fetchone()
+            if row is None:  # deleted in between by hand; record this fingerprint now
+                return now_ms
+            return int(row[0])
+
+        return await self._run(op)
+
+    async def prune(self, job: str, before_slot: int) -> int:
+        return await self._rowcount(self._q_prune, (job, before_slot))
