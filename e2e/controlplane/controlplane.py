@@ -170,6 +170,8 @@ class ControlPlane:
         self.server = ""
         self.etcd_url = ""
         self.start_seconds = 0.0
+        #: Component versions, recorded at start (``versions()`` needs a running API server).
+        self.version_info: dict[str, str] = {}
         self._ssl: ssl.SSLContext | None = None
         self._started = False
         self._component_tokens: dict[str, str] = {}
@@ -216,6 +218,7 @@ class ControlPlane:
             raise
         self._started = True
         self.start_seconds = time.monotonic() - t0
+        self.version_info = self.versions()
         return self
 
     def stop(self) -> None:
