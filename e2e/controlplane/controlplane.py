@@ -108,15 +108,20 @@ def _tail(path: Path, lines: int = 40) -> str:
 _PR_SET_PDEATHSIG = 1
 
 
+try:  # loaded in the parent: a child between fork and exec should not dlopen
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+except OSError:
+    _LIBC = None
+
+
 def _child_setup() -> None:
     """Run in each child before exec: ask Linux to SIGTERM it when its parent dies.
 
     Why: if pytest or the CLI is killed with SIGKILL, no teardown runs; without this the
     servers would be orphaned and keep their ports and CPU.
     """
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 @dataclass
@@ -502,9 +507,10 @@ class ControlPlane:
                 f"--cluster-signing-cert-file={pki / 'ca.crt'}",
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
                 "--use-service-account-credentials=false",
-                # Default controllers (GC, namespace, serviceaccount, token, node lifecycle, job...)
-                # minus those that need a cloud or real networking.
-                "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle,-route",
+                # The default controllers: garbage collector, namespace, serviceaccount(-token),
+                # node lifecycle (removes the not-ready taint of new nodes), job, ...
+                "--controllers=*",
+                "--node-monitor-period=1s",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--profiling=false",
                 "--v=1",
