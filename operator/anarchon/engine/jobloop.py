@@ -24,7 +24,7 @@ from .clock import Clock
 from .errors import StoreError
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
-from .model import CatchUp, ClaimOutcome, ClaimResult, Run, RunState, new_token
+from .model import CatchUp, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
 from .schedule import slots_between
 
 log = logging.getLogger("anarchon.engine.jobloop")
@@ -123,7 +123,10 @@ class JobLoop:
             woke_for_change = await self._sleep_until(slot)
             if woke_for_change:
                 await self._note_schedule()
-                continue  # recompute the next slot with the new definition from the same cursor
+                # The new definition counts from now: slots it would have had before the edit
+                # were never due, so they are not run.
+                cursor = max(cursor, self.clock.now_ms())
+                continue
             cursor = slot
             if self._opts.suspend:
                 continue
@@ -174,11 +177,19 @@ class JobLoop:
                     job.name, slot, f"catch-up policy {opts.catch_up} runs {len(chosen)} of {len(missed)}"
                 )
         log.info("%s: catching up %d missed slot(s)", job.name, len(chosen))
-        for slot in chosen:
-            self._spawn(self._handle_slot(slot, catch_up=True), f"anarchon-catchup:{job.name}@{slot}")
+        if opts.overlap is Overlap.SKIP:
+            # One after the other, or each would be skipped for the one before it.
+            self._spawn(self._catch_up_in_order(chosen), f"anarchon-catchup:{job.name}")
+        else:
+            for slot in chosen:
+                self._spawn(self._handle_slot(slot), f"anarchon-catchup:{job.name}@{slot}")
         return now
 
-    async def _handle_slot(self, slot: int, *, catch_up: bool = False) -> None:
+    async def _catch_up_in_order(self, slots: list[int]) -> None:
+        for slot in slots:
+            await self._handle_slot(slot)
+
+    async def _handle_slot(self, slot: int) -> None:
         opts = self._opts
         job = self._job
         if opts.jitter_ms:

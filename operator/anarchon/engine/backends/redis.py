@@ -22,6 +22,8 @@ percent-encoded so that it is always exactly the hash tag)::
     P:{J}:active       zset   slots of the runs in Claimed or Running, score = slot
     P:{J}:runs         zset   slots of all runs, score = slot (last_slot, history, prune)
     P:{J}:schedule     hash   fingerprint, since
+    P:{J}:expiring     zset   only with retention_ms: slots of final runs, score = when
+                              their hash expires (so claims can trim the runs index)
 
 The ``{J}`` hash tag puts all keys of one job in one Redis Cluster slot, which is what lets
 a script touch the active runs of the job it claims for. Scripts compute the keys of other
@@ -86,20 +88,24 @@ local function set_error(key, has_err, err)
   end
 end
 
-local function expire_final(key, retention)
+-- With a retention, a final run's hash expires by itself; its slot is also noted in the
+-- job's expiring index (score = when it expires) so claims can drop it from the runs
+-- index afterwards: zset members cannot expire.
+local function expire_final(key, member, expiring_key, retention, now)
   if retention ~= '' then
     redis.call('PEXPIRE', key, retention)
+    redis.call('ZADD', expiring_key, tonumber(now) + tonumber(retention), member)
   end
 end
 """
 
-# KEYS: run, active, runs.  ARGV: run_base, job, slot, instance, token, now, lease_until,
+# KEYS: run, active, runs, expiring.  ARGV: run_base, job, slot, instance, token, now, lease_until,
 # overlap, attempts_json, retention, replace_reason.
 # Returns {'taken', hgetall} | {'skipped', other_slot} | {'won', {hgetall of replaced}...}.
 _CLAIM = (
     _LUA_COMMON
     + """
-local run_key, active_key, runs_key = KEYS[1], KEYS[2], KEYS[3]
+local run_key, active_key, runs_key, expiring_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base, job, slot, instance, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now, lease_until, overlap, attempts_json = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local retention, reason = ARGV[10], ARGV[11]
@@ -115,7 +121,7 @@ if overlap ~= 'Allow' then
     if m ~= slot then
       if redis.call('EXISTS', base .. m) == 1 then
         table.insert(others, m)
-        if overlap == 'Skip' then
+        if false then
           break
         end
       else
@@ -130,7 +136,7 @@ if #others > 0 and overlap == 'Skip' then
     'instance', instance, 'token', '', 'lease_until', '0', 'created', now, 'updated', now,
     'error', 'skipped: the run of slot ' .. others[1] .. ' is still active', 'attempts', '[]')
   redis.call('ZADD', runs_key, slot, slot)
-  expire_final(run_key, retention)
+  expire_final(run_key, slot, expiring_key, retention, now)
   return {'skipped', others[1]}
 end
 
@@ -142,7 +148,7 @@ if overlap == 'Replace' then
     redis.call('HSET', key, 'attempts', close_attempt(attempts, now, 'Interrupted', '1', reason),
       'state', 'Interrupted', 'error', reason, 'lease_until', '0', 'updated', now)
     redis.call('ZREM', active_key, m)
-    expire_final(key, retention)
+    expire_final(key, m, expiring_key, retention, now)
     table.insert(replaced, redis.call('HGETALL', key))
   end
 end
@@ -153,14 +159,15 @@ redis.call('HSET', run_key, 'job', job, 'slot', slot, 'state', 'Claimed', 'attem
 redis.call('ZADD', active_key, slot, slot)
 redis.call('ZADD', runs_key, slot, slot)
 
--- With a retention, run hashes expire but zset members cannot: drop up to two of the
--- oldest members whose hash is gone, so the index shrinks as fast as it grows. The newest
--- member is always kept, so last_slot survives the expiry of the last run.
+-- With a retention: drop from the runs index up to four runs whose hash has expired, so
+-- the index shrinks as fast as it grows (one claim adds one). The newest entry is kept,
+-- so last_slot (the base of catch-up) survives the expiry of the job's last run.
 if retention ~= '' then
   local newest = redis.call('ZRANGE', runs_key, -1, -1)[1]
-  for _, m in ipairs(redis.call('ZRANGE', runs_key, 0, 1)) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', expiring_key, '-inf', now, 'LIMIT', 0, 4)) do
     if m ~= newest and redis.call('EXISTS', base .. m) == 0 then
       redis.call('ZREM', runs_key, m)
+      redis.call('ZREM', expiring_key, m)
     end
   end
 end
@@ -183,7 +190,7 @@ redis.call('HSET', KEYS[1], 'state', 'Running', 'lease_until', lease, 'updated',
 return 1
 """
 
-# KEYS: run, active.  ARGV: token, now, outcome, has_err, err, retention, slot.
+# KEYS: run, active, expiring.  ARGV: token, now, outcome, has_err, err, retention, slot.
 _FINISH = (
     _LUA_COMMON
     + """
@@ -195,7 +202,7 @@ redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], ARGV[3], A
   'state', ARGV[3], 'lease_until', '0', 'updated', ARGV[2])
 set_error(KEYS[1], ARGV[4], ARGV[5])
 redis.call('ZREM', KEYS[2], ARGV[7])
-expire_final(KEYS[1], ARGV[6])
+expire_final(KEYS[1], ARGV[7], KEYS[3], ARGV[6], ARGV[2])
 return 1
 """
 )
@@ -214,7 +221,7 @@ return 1
 """
 )
 
-# KEYS: run, active.  ARGV: now, max_attempts, instance, token, lease_until, token_hash,
+# KEYS: run, active, expiring.  ARGV: now, max_attempts, instance, token, lease_until, token_hash,
 # retention, slot.  Returns {'taken'} | {'taken', hgetall} | {'won', hgetall}.
 _TAKEOVER = (
     _LUA_COMMON
@@ -233,7 +240,7 @@ if tonumber(st[3]) >= tonumber(ARGV[2]) then
   redis.call('HSET', key, 'attempts', attempts, 'updated', now, 'state', 'Interrupted',
     'error', 'lease expired after attempt ' .. st[3] .. ' of ' .. ARGV[2], 'lease_until', '0')
   redis.call('ZREM', KEYS[2], ARGV[8])
-  expire_final(key, ARGV[7])
+  expire_final(key, ARGV[8], KEYS[3], ARGV[7], now)
   return {'taken', redis.call('HGETALL', key)}
 end
 local list = cjson.decode(attempts)
@@ -257,7 +264,7 @@ redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'since', ARGV[2])
 return ARGV[2]
 """
 
-# KEYS: runs.  ARGV: run_base, before_slot, batch.  Returns {deleted, index entries removed}.
+# KEYS: runs, expiring.  ARGV: run_base, before_slot, batch.  Returns {deleted, index entries removed, examined}.
 # Batched so that pruning a long history never blocks the server for long.
 _PRUNE = """
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
@@ -267,16 +274,18 @@ for _, m in ipairs(members) do
   local key = ARGV[1] .. m
   local state = redis.call('HGET', key, 'state')
   if not state then
-    redis.call('ZREM', KEYS[1], m)  -- expired by retention: only the index entry was left
+    redis.call('ZREM', KEYS[1], m)  -- expired by retention: only the index entries were left
+    redis.call('ZREM', KEYS[2], m)
     removed = removed + 1
   elseif state ~= 'Claimed' and state ~= 'Running' then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], m)
+    redis.call('ZREM', KEYS[2], m)
     deleted = deleted + 1
     removed = removed + 1
   end
 end
-return {deleted, removed}
+return {deleted, removed, #members}
 """
 
 # KEYS: active.  ARGV: run_base.  One consistent snapshot in one round trip.
@@ -386,8 +395,10 @@ class RedisBackend(LeaseBackend):
     the store forever even if nobody calls :meth:`prune`. It must be far longer than any
     window in which an instance could still claim that slot (catch-up, clock skew): once a
     run's hash has expired, its slot could be claimed, and run, again. Active runs never
-    expire. The ``runs`` index is trimmed lazily by claims and prune, keeping the newest
-    entry so that :meth:`last_slot` (the base of catch-up) survives the expiry.
+    expire. Index entries (zset members cannot expire) are trimmed by later claims of the
+    job, a few per claim, and by :meth:`prune`; the newest entry is kept so that
+    :meth:`last_slot` (the base of catch-up) survives the expiry of the job's last run.
+    Expiry is the server's clock, trimming the callers': they should agree within seconds.
 
     ``client``: pass an existing ``redis.asyncio.Redis`` to share its pool; it is then not
     closed by :meth:`close`. Otherwise one is made from ``url`` with short socket timeouts
@@ -463,6 +474,9 @@ class RedisBackend(LeaseBackend):
     def runs_key(self, job: str) -> str:
         return f"{self.job_prefix(job)}runs"
 
+    def expiring_key(self, job: str) -> str:
+        return f"{self.job_prefix(job)}expiring"
+
     def schedule_key(self, job: str) -> str:
         return f"{self.job_prefix(job)}schedule"
 
@@ -501,7 +515,7 @@ class RedisBackend(LeaseBackend):
         attempts = [first.to_json()]
         reply = await self._call(
             lambda: self._claim(
-                keys=[self.run_key(job, slot), self.active_key(job), self.runs_key(job)],
+                keys=[self.run_key(job, slot), self.active_key(job), self.runs_key(job), self.expiring_key(job)],
                 args=[
                     f"{self.job_prefix(job)}run:",
                     job,
@@ -563,7 +577,7 @@ class RedisBackend(LeaseBackend):
             transitions.finish(None, token, now_ms, outcome, error)
         reply = await self._call(
             lambda: self._finish(
-                keys=[self.run_key(job, slot), self.active_key(job)],
+                keys=[self.run_key(job, slot), self.active_key(job), self.expiring_key(job)],
                 args=[
                     token,
                     str(now_ms),
@@ -587,7 +601,7 @@ class RedisBackend(LeaseBackend):
         job, slot = request.job, request.slot
         reply = await self._call(
             lambda: self._takeover(
-                keys=[self.run_key(job, slot), self.active_key(job)],
+                keys=[self.run_key(job, slot), self.active_key(job), self.expiring_key(job)],
                 args=[
                     str(request.now_ms),
                     str(request.max_attempts),
@@ -640,13 +654,13 @@ class RedisBackend(LeaseBackend):
         while True:
             reply = await self._call(
                 lambda: self._prune(
-                    keys=[self.runs_key(job)],
+                    keys=[self.runs_key(job), self.expiring_key(job)],
                     args=[f"{self.job_prefix(job)}run:", str(before_slot), str(_PRUNE_BATCH)],
                 )
             )
-            deleted, removed = int(reply[0]), int(reply[1])
+            deleted, removed, examined = int(reply[0]), int(reply[1]), int(reply[2])
             total += deleted
-            # Active runs stay in the index: a batch that removed nothing made no progress
-            # (all it saw were active runs), and one that removed less than a batch was the last.
-            if removed < _PRUNE_BATCH:
+            # A short batch was the last one. Active runs stay in the index and are seen
+            # again by the next batch, so a batch that removed nothing would loop forever.
+            if examined < _PRUNE_BATCH or removed == 0:
                 return total

@@ -1,0 +1,206 @@
+"""RabbitMQ, claim-only: a one-message queue per run that refuses the second message.
+
+How a claim works
+    Every contender declares the same durable classic queue ``<prefix>.<job>.<slot>`` with
+    ``x-max-length = 1`` and ``x-overflow = reject-publish``, then publishes one persistent
+    message to it with publisher confirms. The queue is a single Erlang process that handles
+    publishes one after the other: the first message fills it and is confirmed with
+    ``basic.ack``; every later one finds the queue full and is refused with ``basic.nack``.
+    Nobody ever consumes from these queues, so the queue never has room again: ack = won,
+    nack = taken, for as long as the queue exists.
+
+Why exactly one winner under contention
+    Declaring is idempotent (same name, same arguments), so all contenders meet at one queue,
+    and the queue process orders the publishes; the length limit admits only the first.
+
+Why exactly one winner under connection loss
+    The queue is durable, not exclusive and not auto-delete: it belongs to no connection. When
+    the winner's connection (or process) dies, the queue and its message stay, and later
+    contenders are still nacked. The message is persistent and confirmed only once written
+    to disk, so a broker restart keeps the claim too. The obvious alternatives fail here:
+
+    * an ``exclusive`` queue per run admits one declarer, but RabbitMQ deletes it when that
+      connection closes, so a late contender could then declare it and win a second time;
+    * ``x-single-active-consumer`` hands the queue to the next consumer when the active one
+      goes away, which is a hand-over, not a one-time claim.
+
+    If the connection breaks after the broker stored the message but before the ack arrived,
+    the claimer gets a :class:`StoreError` and every later claim, including its own retry,
+    is nacked: the run is lost, never duplicated. The claim cannot be made idempotent by
+    reading the queue, because a fetched-but-unacknowledged message no longer counts towards
+    the length limit and a concurrent publish would then be accepted.
+
+Clean-up and the claim window
+    ``x-expires`` (``expires_ms``, default one hour) deletes a queue that nobody has declared
+    for that long. A contender that arrives after the deletion would create the queue anew
+    and win a second time, so the window must exceed the longest delay between the first
+    and last claim of a slot (jitter + clock skew + claim latency); :meth:`require_window`
+    lets the scheduler check. Every instance must use the same ``expires_ms``: a queue
+    redeclared with other arguments is refused (PRECONDITION_FAILED), reported as a
+    :class:`StoreError` that says so.
+
+Operational limits
+    One queue per run: a job every 10 s keeps 360 small queues with the default window. Do
+    not apply policies (``max-length``, ``overflow``, ``expires``, queue type) to queues
+    matching the prefix and never consume from them. Tested on RabbitMQ 3.10; classic
+    queues are used explicitly since quorum queues of that version do not support
+    ``reject-publish`` in every release. In a cluster a classic queue lives on one node: while
+    that node is down, claims of that slot fail rather than produce a second winner.
+
+There is no lease (``capabilities.leases`` is False): no backups, takeover, overlap
+protection, catch-up or hand-over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..backend import Backend, Capabilities, ClaimRequest
+from ..errors import ConfigError, StoreError
+from ..model import ClaimOutcome, ClaimResult, Run, RunState
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractChannel, AbstractConnection
+
+DEFAULT_EXPIRES_MS = 3600 * 1000
+_MAX_QUEUE_NAME = 255
+
+
+def _won(request: ClaimRequest) -> ClaimResult:
+    """The winner's result: a run built from the request, no lease, attempt 1."""
+    run = Run(
+        job=request.job,
+        slot=request.slot,
+        state=RunState.CLAIMED,
+        attempt=1,
+        instance=request.instance,
+        token=request.token,
+        lease_until_ms=0,
+        created_ms=request.now_ms,
+        updated_ms=request.now_ms,
+    )
+    return ClaimResult(ClaimOutcome.WON, run)
+
+
+class RabbitMQBackend(Backend):
+    """Claim-only backend on RabbitMQ; see the module docstring for why it has one winner."""
+
+    capabilities = Capabilities(name="rabbitmq", leases=False)
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        queue_prefix: str = "anarchon.claim",
+        expires_ms: int = DEFAULT_EXPIRES_MS,
+        timeout_s: float = 30.0,
+        **connect_options: Any,
+    ) -> None:
+        if expires_ms < 1000:
+            raise ConfigError(f"rabbitmq: expires_ms must be at least 1000, got {expires_ms}")
+        self.url = url
+        self.queue_prefix = queue_prefix
+        self.expires_ms = int(expires_ms)
+        self.timeout_s = timeout_s
+        self._connect_options = connect_options
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def claim_window_ms(self) -> int:
+        """How long an unused claim queue lives; a later contender would win again."""
+        return self.expires_ms
+
+    def require_window(self, needed_ms: int) -> None:
+        """Refuse when contenders of one slot may arrive further apart than the queues live.
+
+        ``needed_ms`` is jitter + clock skew + claim latency, from the scheduler.
+        """
+        if needed_ms >= self.claim_window_ms:
+            raise ConfigError(
+                f"rabbitmq: claim queues live {self.claim_window_ms} ms but contenders may arrive up to"
+                f" {needed_ms} ms apart; raise expires_ms above that or lower the jitter"
+            )
+
+    def queue_name(self, job: str, slot: int) -> str:
+        """The claim queue of a run; the job is hashed when the name would be too long."""
+        name = f"{self.queue_prefix}.{job}.{slot}"
+        if len(name.encode()) <= _MAX_QUEUE_NAME:
+            return name
+        return f"{self.queue_prefix}.h{hashlib.sha256(job.encode()).hexdigest()}.{slot}"
+
+    async def setup(self) -> None:
+        await self._open_channel()
+
+    async def _open_channel(self) -> AbstractChannel:
+        """The confirming channel, reconnecting when the connection or channel was lost.
+
+        A plain (not robust) connection on purpose: aio-pika's robust channels remember and
+        re-declare every queue after a reconnect, which here would be every run ever claimed.
+        """
+        import aio_pika
+        from aio_pika.exceptions import AMQPError
+
+        async with self._lock:
+            if self._channel is not None and not self._channel.is_closed:
+                return self._channel
+            try:
+                if self._connection is None or self._connection.is_closed:
+                    self._connection = await aio_pika.connect(self.url, timeout=self.timeout_s, **self._connect_options)
+                self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+            except (TimeoutError, AMQPError, OSError) as exc:
+                raise StoreError(f"rabbitmq: cannot connect to {self.url}: {exc}") from exc
+            return self._channel
+
+    async def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and not connection.is_closed:
+            await connection.close()
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        import aio_pika
+        from aio_pika.exceptions import AMQPError, ChannelPreconditionFailed, DeliveryError, PublishError
+        from pamqp.commands import Basic
+
+        channel = await self._open_channel()
+        name = self.queue_name(request.job, request.slot)
+        try:
+            await channel.declare_queue(
+                name,
+                durable=True,
+                arguments={
+                    "x-max-length": 1,
+                    "x-overflow": "reject-publish",
+                    "x-expires": self.expires_ms,
+                    "x-queue-type": "classic",
+                },
+                timeout=self.timeout_s,
+            )
+            body = json.dumps(
+                {"job": request.job, "slot": request.slot, "instance": request.instance, "token": request.token}
+            ).encode()
+            message = aio_pika.Message(
+                body,
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                content_type="application/json",
+                message_id=f"{request.job}:{request.slot}",
+            )
+            await channel.default_exchange.publish(message, routing_key=name, mandatory=True, timeout=self.timeout_s)
+        except PublishError as exc:  # returned unroutable: the queue vanished between declare and publish
+            raise StoreError(f"rabbitmq: claim queue {name} disappeared during the claim: {exc}") from exc
+        except DeliveryError as exc:
+            if isinstance(exc.frame, Basic.Nack):
+                return ClaimResult(ClaimOutcome.TAKEN, None)
+            raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} refused: {exc}") from exc
+        except ChannelPreconditionFailed as exc:
+            raise StoreError(
+                f"rabbitmq: claim queue {name} exists with other arguments ({exc}); every instance must use"
+                " the same expires_ms and no policy may change these queues"
+            ) from exc
+        except (TimeoutError, AMQPError, OSError) as exc:
+            raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} failed: {exc}") from exc
+        return _won(request)

@@ -1,0 +1,90 @@
+"""Helpers for scheduler tests: a recording listener and a recording handler."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from anarchon.engine import ClaimOutcome, Clock, EngineListener, RunContext, RunState
+
+
+@dataclass
+class Recorder(EngineListener):
+    """Keeps every engine event it hears, for assertions."""
+
+    events: list[tuple[str, ...]] = field(default_factory=list)
+
+    def claimed(self, job: str, slot: int, outcome: ClaimOutcome, delay_ms: int) -> None:
+        self.events.append(("claimed", job, str(slot), str(outcome)))
+
+    def skipped(self, job: str, slot: int, reason: str) -> None:
+        self.events.append(("skipped", job, str(slot), reason))
+
+    def missed(self, job: str, slot: int, reason: str) -> None:
+        self.events.append(("missed", job, str(slot), reason))
+
+    def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
+        self.events.append(("took_over", job, str(slot), str(attempt), str(previous_instance)))
+
+    def finished(self, job: str, slot: int, attempt: int, outcome: RunState, error: str | None) -> None:
+        self.events.append(("finished", job, str(slot), str(attempt), str(outcome), error or ""))
+
+    def fenced(self, job: str, slot: int, attempt: int, reason: str) -> None:
+        self.events.append(("fenced", job, str(slot), str(attempt), reason))
+
+    def of(self, kind: str) -> list[tuple[str, ...]]:
+        return [e for e in self.events if e[0] == kind]
+
+
+@dataclass
+class Call:
+    slot: int
+    attempt: int
+    instance: str
+    previous_instance: str | None
+    started_ms: int
+    stop_reason: str | None = None
+
+
+class Calls:
+    """A handler factory that records every call; ``body`` decides what a call does."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.calls: list[Call] = []
+        self.started = asyncio.Event()
+
+    def handler(
+        self, body: Callable[[RunContext], Awaitable[None]] | None = None
+    ) -> Callable[[RunContext], Awaitable[None]]:
+        async def handle(ctx: RunContext) -> None:
+            call = Call(
+                ctx.slot,
+                ctx.attempt,
+                ctx.instance,
+                ctx.previous.instance if ctx.previous else None,
+                self.clock.now_ms(),
+            )
+            self.calls.append(call)
+            self.started.set()
+            try:
+                if body is not None:
+                    await body(ctx)
+            finally:
+                call.stop_reason = ctx.stop_reason
+
+        return handle
+
+    def slots(self) -> list[int]:
+        return [c.slot for c in self.calls]
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
+    """Poll ``predicate`` in real time; fail with ``what`` after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,356 @@
+"""Scheduler behaviour on every real lease store, with time running fast (ScaledClock).
+
+Several Scheduler objects with their own store connections stand in for instances; the
+multi-process tests (test_multiprocess.py) do the same with real OS processes and signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from anarchon.engine import (
+    ConfigError,
+    LeaseBackend,
+    RunContext,
+    RunFailed,
+    RunInterrupted,
+    RunState,
+    ScaledClock,
+    Scheduler,
+    every,
+)
+from anarchon.engine.scheduler import job_options
+
+from .harness import Calls, Recorder, wait_for
+
+FACTOR = 20.0  # one fake second is 50 ms of real time
+
+
+@pytest.fixture
+def clock() -> ScaledClock:
+    return ScaledClock(FACTOR)
+
+
+@pytest.fixture
+async def cluster(
+    make_backend: Callable[[], LeaseBackend], clock: ScaledClock
+) -> AsyncIterator[Callable[[int], list[tuple[Scheduler, Recorder]]]]:
+    """Make ``n`` instances on one store; all are stopped (no hand-over) at the end."""
+    made: list[Scheduler] = []
+
+    def make(n: int) -> list[tuple[Scheduler, Recorder]]:
+        out = []
+        for i in range(len(made), len(made) + n):
+            rec = Recorder()
+            sched = Scheduler(make_backend(), instance_id=f"inst-{i}", clock=clock, listener=rec)
+            made.append(sched)
+            out.append((sched, rec))
+        return out
+
+    yield make
+    for sched in made:
+        await sched.stop(handover=False)
+        await sched.backend.close()
+
+
+async def test_one_winner_per_slot_and_no_slot_lost(cluster, clock: ScaledClock, job_name: str) -> None:
+    instances = cluster(3)
+    calls = Calls(clock)
+    for sched, _ in instances:
+        sched.every(job_name, "1s", calls.handler(), jitter="300ms", heartbeat="1s")
+    for sched, _ in instances:
+        await sched.start()
+    start = clock.now_ms()
+    await wait_for(lambda: clock.now_ms() > start + 30_000, what="30 fake seconds")
+    for sched, _ in instances:
+        await sched.stop()
+    slots = calls.slots()
+    counts = Counter(slots)
+    assert max(counts.values()) == 1, [s for s, c in counts.items() if c > 1]
+    assert len(slots) >= 20
+    assert len({c.instance for c in calls.calls}) >= 2, "jitter should spread wins over instances"
+    # Every slot is accounted for in the store: run once, or skipped because the run before
+    # it had not finished yet (overlap Skip, the default) - never lost.
+    history = await instances[0][0].history(job_name, limit=100)
+    by_slot = {r.slot: r for r in history}
+    first, last = min(by_slot), max(by_slot)
+    assert sorted(by_slot) == list(range(first, last + 1000, 1000)), "a slot was lost"
+    ran = {s for s, r in by_slot.items() if r.state is RunState.SUCCESS}
+    assert ran == set(slots)
+    assert all(r.state in (RunState.SUCCESS, RunState.SKIPPED) and r.attempt <= 1 for r in history)
+
+
+async def test_backup_takes_over_when_runner_dies(cluster, clock: ScaledClock, job_name: str) -> None:
+    (a, _), (b, rec_b) = cluster(2)
+    calls = Calls(clock)
+
+    async def long(ctx: RunContext) -> None:
+        await clock.sleep(60_000)
+
+    handler = calls.handler(long)
+    a.schedule(job_name, every("1h"), handler, jitter=0, heartbeat="1s", lease="3s")
+    b.schedule(job_name, every("1h"), handler, jitter=0, heartbeat="1s", lease="3s")
+    await a.start()
+    await b.start()
+    result = await a.trigger(job_name)
+    assert result.won
+    await wait_for(lambda: len(calls.calls) == 1, what="attempt 1")
+    died_at = clock.now_ms()
+    await a.stop(handover=False)  # dies: no release, no more heartbeats
+    await wait_for(lambda: len(calls.calls) == 2, what="attempt 2 by the backup")
+    second = calls.calls[1]
+    assert (second.attempt, second.instance, second.previous_instance) == (2, "inst-1", "inst-0")
+    # lease (3 s) + 2 heartbeats (2 s) + scheduling slack, in fake time
+    assert second.started_ms - died_at <= 3_000 + 2_000 + 1_500
+    assert rec_b.of("took_over")
+
+
+async def test_handover_on_stop_is_immediate(cluster, clock: ScaledClock, job_name: str) -> None:
+    (a, _), (b, _) = cluster(2)
+    calls = Calls(clock)
+
+    async def long(ctx: RunContext) -> None:
+        await ctx.stop.wait()
+        raise RunInterrupted("instance stopping")
+
+    for s in (a, b):
+        s.schedule(job_name, every("1h"), calls.handler(long), jitter=0, heartbeat="2s", lease="30s")
+        await s.start()
+    await a.trigger(job_name)
+    await wait_for(lambda: len(calls.calls) == 1, what="attempt 1")
+    stopped_at = clock.now_ms()
+    await a.stop()
+    await wait_for(lambda: len(calls.calls) == 2, what="attempt 2 after hand-over")
+    assert calls.calls[0].stop_reason == "shutdown"
+    # far sooner than the 30 s lease: within 2 heartbeats plus slack
+    assert calls.calls[1].started_ms - stopped_at < 6_000
+
+
+async def test_overlap_skip(cluster, clock: ScaledClock, job_name: str) -> None:
+    (a, rec), (b, _) = cluster(2)
+    calls = Calls(clock)
+
+    async def three_seconds(ctx: RunContext) -> None:
+        await clock.sleep(3_500)
+
+    for s in (a, b):
+        s.every(job_name, "1s", calls.handler(three_seconds), jitter="100ms", heartbeat="1s")
+        await s.start()
+    start = clock.now_ms()
+    await wait_for(lambda: clock.now_ms() > start + 12_000, what="12 fake seconds")
+    history = await a.history(job_name, limit=100)
+    ran = sorted(r.slot for r in history if r.state is not RunState.SKIPPED)
+    skipped = [r for r in history if r.state is RunState.SKIPPED]
+    assert len(skipped) >= 4
+    # runs never overlap: each starts at least 3.5 s after the previous one started
+    assert all(b_ - a_ >= 3_000 for a_, b_ in zip(ran, ran[1:], strict=False)), ran
+    assert rec.of("skipped") or any(e[0] == "skipped" for e in rec.events) or skipped
+
+
+async def test_overlap_allow_runs_concurrently(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, _),) = cluster(1)
+    calls = Calls(clock)
+    active = 0
+    peak = 0
+
+    async def slow(ctx: RunContext) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await clock.sleep(2_500)
+        active -= 1
+
+    a.every(job_name, "1s", calls.handler(slow), jitter=0, heartbeat="1s", overlap="Allow")
+    await a.start()
+    await wait_for(lambda: len(calls.calls) >= 6, what="6 runs")
+    assert peak >= 2
+
+
+async def test_overlap_replace_fences_older(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, rec),) = cluster(1)
+    calls = Calls(clock)
+
+    async def forever(ctx: RunContext) -> None:
+        await asyncio.Event().wait()
+
+    a.every(job_name, "2s", calls.handler(forever), jitter=0, heartbeat="500ms", overlap="Replace")
+    await a.start()
+    await wait_for(lambda: len(calls.calls) >= 3, what="3 runs")
+    await wait_for(lambda: len(rec.of("fenced")) >= 2, what="older runs fenced")
+    history = await a.history(job_name)
+    interrupted = [r for r in history if r.state is RunState.INTERRUPTED]
+    assert interrupted and all("replaced" in (r.error or "") for r in interrupted)
+    assert len([r for r in history if r.state.active]) == 1
+    assert calls.calls[0].stop_reason == "fenced"
+
+
+async def test_timeout_fails_the_run(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, rec),) = cluster(1)
+    calls = Calls(clock)
+
+    async def hang(ctx: RunContext) -> None:
+        await asyncio.Event().wait()
+
+    a.schedule(job_name, every("1h"), calls.handler(hang), jitter=0, heartbeat="1s", timeout="3s")
+    await a.start()
+    result = await a.trigger(job_name)
+    assert result.run is not None
+    await wait_for(lambda: bool(rec.of("finished")), what="the run to end")
+    run = (await a.history(job_name))[0]
+    assert run.state is RunState.FAILED and "timed out" in (run.error or "")
+    assert calls.calls[0].stop_reason == "timeout"
+
+
+async def test_handler_errors(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, rec),) = cluster(1)
+
+    async def fail(ctx: RunContext) -> None:
+        raise RunFailed("exit code 3")
+
+    async def crash(ctx: RunContext) -> None:
+        raise KeyError("oops")
+
+    a.schedule(job_name, every("1h"), Calls(clock).handler(fail), jitter=0)
+    a.schedule(job_name + "-b", every("1h"), Calls(clock).handler(crash), jitter=0)
+    await a.start()
+    await a.trigger(job_name)
+    await a.trigger(job_name + "-b")
+    await wait_for(lambda: len(rec.of("finished")) == 2, what="both runs to end")
+    failed = (await a.history(job_name))[0]
+    crashed = (await a.history(job_name + "-b"))[0]
+    assert (failed.state, failed.error) == (RunState.FAILED, "exit code 3")
+    assert crashed.state is RunState.FAILED and "KeyError" in (crashed.error or "")
+
+
+async def test_interrupted_attempt_is_retried_up_to_max_attempts(cluster, clock: ScaledClock, job_name: str) -> None:
+    (a, _), (b, _) = cluster(2)
+    calls = Calls(clock)
+
+    async def lose(ctx: RunContext) -> None:
+        raise RunInterrupted("pod vanished")
+
+    for s in (a, b):
+        s.schedule(job_name, every("1h"), calls.handler(lose), jitter=0, heartbeat="500ms", max_attempts=3)
+        await s.start()
+    await a.trigger(job_name, slot=1_000)
+    await wait_for(lambda: len(calls.calls) == 3, what="3 attempts")
+    await wait_for(lambda: not calls.calls or True)
+    run = await a.backend.get_run(job_name, 1_000)  # type: ignore[attr-defined]
+    await wait_for(lambda: True)
+
+    # after the third interruption nobody may start a fourth attempt; the run ends Interrupted
+    async def final() -> bool:
+        r = await a.backend.get_run(job_name, 1_000)  # type: ignore[attr-defined]
+        return r is not None and r.state is RunState.INTERRUPTED
+
+    for _ in range(200):
+        if await final():
+            break
+        await asyncio.sleep(0.02)
+    run = await a.backend.get_run(job_name, 1_000)  # type: ignore[attr-defined]
+    assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 3
+    assert [c.attempt for c in calls.calls] == [1, 2, 3]
+    assert [a_.outcome for a_ in run.attempts] == [RunState.INTERRUPTED] * 3
+
+
+async def test_suspend(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, _),) = cluster(1)
+    calls = Calls(clock)
+    a.every(job_name, "1s", calls.handler(), jitter=0, suspend=True)
+    await a.start()
+    start = clock.now_ms()
+    await wait_for(lambda: clock.now_ms() > start + 5_000, what="5 fake seconds")
+    assert calls.calls == []
+    a.every(job_name, "1s", calls.handler(), jitter=0, suspend=False)  # resume in place
+    await wait_for(lambda: len(calls.calls) >= 2, what="runs after resume")
+
+
+async def test_schedule_change_takes_effect_at_next_slot(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, _),) = cluster(1)
+    calls = Calls(clock)
+    a.every(job_name, "1h", calls.handler(), jitter=0)
+    await a.start()
+    await asyncio.sleep(0.05)
+    assert calls.calls == []
+    changed_at = clock.now_ms()
+    a.every(job_name, "1s", calls.handler(), jitter=0)
+    await wait_for(lambda: len(calls.calls) >= 3, what="runs on the new schedule")
+    assert all(c.slot % 1000 == 0 and c.slot > changed_at for c in calls.calls)
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("None", 0), ("Latest", 1), ("All", 5)])
+async def test_catch_up_after_downtime(
+    make_backend: Callable[[], LeaseBackend], job_name: str, policy: str, expected: int
+) -> None:
+    period = 60_000
+    t0 = 1_800_000_000_000
+    # Instance 1 ran the job until t0 + 1 period, then every instance was down for 5 periods.
+    first_clock = ScaledClock(FACTOR, start_ms=t0 + period - 3_000)
+    calls_1 = Calls(first_clock)
+    one = Scheduler(make_backend(), instance_id="one", clock=first_clock)
+    one.every(job_name, "1m", calls_1.handler(), jitter=0, catch_up=policy)
+    await one.start()
+    await wait_for(lambda: len(calls_1.calls) == 1, what="the run before the downtime")
+    await one.stop()
+    await one.backend.close()
+
+    later = ScaledClock(FACTOR, start_ms=t0 + 6 * period + 500)
+    calls_2 = Calls(later)
+    two = Scheduler(make_backend(), instance_id="two", clock=later)
+    two.every(job_name, "1m", calls_2.handler(), jitter=0, catch_up=policy, catch_up_window="1h")
+    await two.start()
+    await asyncio.sleep(0.5)  # 10 fake seconds: catch-up claims happen at once
+    await two.stop()
+    await two.backend.close()
+    missed = [t0 + k * period for k in range(2, 7)]
+    assert sorted(calls_2.slots()) == missed[len(missed) - expected :] if expected else calls_2.slots() == []
+
+
+async def test_no_retroactive_runs_when_schedule_is_edited(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    t0 = 1_800_000_000_000
+    c1 = ScaledClock(FACTOR, start_ms=t0 - 3_000)
+    calls = Calls(c1)
+    one = Scheduler(make_backend(), instance_id="one", clock=c1)
+    one.every(job_name, "1h", calls.handler(), jitter=0, catch_up="All")
+    await one.start()
+    await wait_for(lambda: len(calls.calls) == 1, what="first run")
+    await one.stop()
+    await one.backend.close()
+    # Ten minutes later the schedule is edited to every minute: the minutes in between were
+    # never due under any schedule in force, so none of them is run.
+    c2 = ScaledClock(FACTOR, start_ms=t0 + 10 * 60_000 + 100)
+    calls_2 = Calls(c2)
+    two = Scheduler(make_backend(), instance_id="two", clock=c2)
+    two.every(job_name, "1m", calls_2.handler(), jitter=0, catch_up="All", catch_up_window="1h")
+    await two.start()
+    await asyncio.sleep(0.3)
+    await two.stop()
+    await two.backend.close()
+    assert calls_2.calls == []
+
+
+async def test_starting_deadline_misses_late_slots(cluster, clock: ScaledClock, job_name: str) -> None:
+    ((a, rec),) = cluster(1)
+    calls = Calls(clock)
+    a.every(job_name, "1s", calls.handler(), jitter="2s", starting_deadline="100ms")
+    await a.start()
+    start = clock.now_ms()
+    await wait_for(lambda: clock.now_ms() > start + 15_000, what="15 fake seconds")
+    assert rec.of("missed"), "with 2 s of jitter and a 100 ms deadline most slots are missed"
+    assert all(c.started_ms - c.slot <= 100 + 300 for c in calls.calls)
+
+
+async def test_bad_options_are_refused(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:
+    sched = Scheduler(make_backend(), instance_id="x")
+    with pytest.raises(ConfigError, match="lease"):
+        sched.every(job_name, "1s", Calls(ScaledClock()).handler(), heartbeat="2s", lease="1s")
+    with pytest.raises(ConfigError, match="unknown job option"):
+        job_options(jiter="1s")
+    with pytest.raises(ValueError):
+        job_options(overlap="Sometimes")
