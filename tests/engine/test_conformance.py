@@ -26,8 +26,9 @@ NOW = 1_800_000_000_000
 LEASE = 6_000
 
 
-def req(job: str, slot: int, instance: str = "a", token: str | None = None, now: int = NOW,
-        overlap: Overlap = Overlap.ALLOW) -> ClaimRequest:
+def req(
+    job: str, slot: int, instance: str = "a", token: str | None = None, now: int = NOW, overlap: Overlap = Overlap.ALLOW
+) -> ClaimRequest:
     return ClaimRequest(job, slot, instance, token or new_token(), now, LEASE, overlap)
 
 
@@ -51,9 +52,7 @@ async def test_concurrent_claims_have_exactly_one_winner(
     await asyncio.gather(*(b.setup() for b in backends))
     try:
         for slot in range(20):
-            results = await asyncio.gather(
-                *(b.claim(req(job_name, slot, f"i{n}")) for n, b in enumerate(backends))
-            )
+            results = await asyncio.gather(*(b.claim(req(job_name, slot, f"i{n}")) for n, b in enumerate(backends)))
             assert sum(r.won for r in results) == 1, (slot, results)
     finally:
         await asyncio.gather(*(b.close() for b in backends))
@@ -127,8 +126,10 @@ async def test_concurrent_takeovers_have_one_winner(make_backend: Callable[[], L
     try:
         await backends[0].claim(req(job_name, 1, "a", "t1"))
         results = await asyncio.gather(
-            *(b.takeover(TakeoverRequest(job_name, 1, f"b{n}", f"t{n}", NOW + LEASE + 5, LEASE, 3))
-              for n, b in enumerate(backends))
+            *(
+                b.takeover(TakeoverRequest(job_name, 1, f"b{n}", f"t{n}", NOW + LEASE + 5, LEASE, 3))
+                for n, b in enumerate(backends)
+            )
         )
         assert sum(r.won for r in results) == 1
     finally:

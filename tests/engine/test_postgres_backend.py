@@ -1,0 +1,404 @@
+"""PostgreSQL-specific tests of :class:`PostgresBackend`, on a real server.
+
+The generic lease contract is in ``test_conformance.py``; here are the things only this
+backend has: its schema and concurrent setup, exact agreement with the reference
+transitions over long random histories (the logic runs in PL/pgSQL, not in Python), heavy
+contention from many connections, timeouts, and outages of the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import psycopg
+import pytest
+
+from anarchon.engine import transitions
+from anarchon.engine.backend import ClaimRequest, TakeoverRequest
+from anarchon.engine.backends import from_url
+from anarchon.engine.backends.postgres import PostgresBackend
+from anarchon.engine.errors import ConfigError, StoreError
+from anarchon.engine.model import ClaimOutcome, ClaimResult, Overlap, Run, RunState
+from tests.servers.postgres import PostgresServer
+
+NOW = 1_800_000_000_000
+LEASE = 6_000
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def backend(postgres_url: str) -> AsyncIterator[PostgresBackend]:
+    """A backend on a table of its own, so that schema tests see only what they made."""
+    b = PostgresBackend(postgres_url, table=unique("t"))
+    await b.setup()
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A server this test may kill and restart without disturbing the session's."""
+    with PostgresServer(max_connections=50) as server:
+        yield server
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def test_from_url_builds_postgres_backend(postgres_url: str) -> None:
+    backend = from_url(postgres_url)
+    assert isinstance(backend, PostgresBackend)
+    assert backend.capabilities.leases and backend.capabilities.name == "postgres"
+    assert (backend.table, backend.schedules_table) == ("anarchon_runs", "anarchon_schedules")
+
+
+@pytest.mark.parametrize("table", ["", "runs; DROP TABLE x", "1runs", "a" * 49, 'we"ird'])
+def test_table_names_are_validated(table: str) -> None:
+    with pytest.raises(ConfigError):
+        PostgresBackend("postgresql://u@localhost/db", table=table)
+
+
+def test_unparsable_url_does_not_echo_the_password() -> None:
+    with pytest.raises(ConfigError) as err:
+        PostgresBackend("postgresql://u:hunter2@localhost/db?no_such_option=1")
+    assert "hunter2" not in str(err.value)
+
+
+# -- schema -------------------------------------------------------------------------------
+
+
+async def test_schema_layout(backend: PostgresBackend, postgres_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        cur = await conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s",
+            (backend.table,),
+        )
+        columns = dict(await cur.fetchall())
+        cur = await conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+            " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary"
+            " ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            (backend.table,),
+        )
+        primary_key = [r[0] for r in await cur.fetchall()]
+        cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (backend.schedules_table,))
+        schedules = await cur.fetchone()
+    assert primary_key == ["job", "slot"]
+    assert columns["attempts"] == "jsonb"
+    assert columns["slot"] == "bigint"
+    assert schedules == (True,)
+
+
+async def test_setup_twice_keeps_the_data(backend: PostgresBackend) -> None:
+    won = await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))
+    assert won.won
+    await backend.setup()
+    again = PostgresBackend(backend._url, table=backend.table)
+    await again.setup()
+    try:
+        run = await again.get_run("job", 1)
+        assert run is not None and run.token == "t1"
+    finally:
+        await again.close()
+
+
+async def test_concurrent_setup_of_a_new_table(postgres_url: str) -> None:
+    """Many instances starting at once against an empty database all succeed.
+
+    Without the advisory lock in setup(), concurrent CREATE ... IF NOT EXISTS and CREATE OR
+    REPLACE FUNCTION fail with unique violations on the catalogs or "tuple concurrently
+    updated"; this test saw those failures when the lock was taken out.
+    """
+    for _ in range(3):
+        table = unique("setup")
+        backends = [PostgresBackend(postgres_url, table=table, pool_size=1) for _ in range(12)]
+        try:
+            results = await asyncio.gather(*(b.setup() for b in backends), return_exceptions=True)
+            assert [r for r in results if r is not None] == []
+            claims = await asyncio.gather(
+                *(b.claim(ClaimRequest("job", 1, f"i{n}", f"t{n}", NOW, LEASE)) for n, b in enumerate(backends))
+            )
+            assert sum(c.won for c in claims) == 1
+        finally:
+            await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_query_before_setup_is_a_store_error(postgres_url: str) -> None:
+    backend = PostgresBackend(postgres_url, table=unique("nosetup"))
+    try:
+        with pytest.raises(StoreError, match="does not exist"):
+            await backend.get_run("job", 1)
+        await backend.setup()  # the same connection is still usable after a query error
+        assert await backend.get_run("job", 1) is None
+    finally:
+        await backend.close()
+
+
+# -- exact agreement with the reference transitions ---------------------------------------
+
+
+class Reference:
+    """The reference semantics: ``transitions`` over a dict, as the SQLite backend uses them."""
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[str, int], Run] = {}
+        self.schedules: dict[str, tuple[str, int]] = {}
+
+    def get(self, job: str, slot: int) -> Run | None:
+        run = self.runs.get((job, slot))
+        return copy.deepcopy(run)  # transitions mutate the last Attempt of their input in place
+
+    def active(self, job: str) -> list[Run]:
+        return sorted(
+            (copy.deepcopy(r) for r in self.runs.values() if r.job == job and r.state.active), key=lambda r: r.slot
+        )
+
+    def put(self, run: Run | None) -> None:
+        if run is not None:
+            self.runs[(run.job, run.slot)] = copy.deepcopy(run)
+
+    def claim(self, req: ClaimRequest) -> ClaimResult:
+        existing = self.get(req.job, req.slot)
+        result, writes = transitions.claim(existing, [] if existing else self.active(req.job), req)
+        for w in writes:
+            self.put(w)
+        return copy.deepcopy(result)
+
+    def takeover(self, req: TakeoverRequest) -> ClaimResult:
+        result, write = transitions.takeover(self.get(req.job, req.slot), req)
+        self.put(write)
+        return copy.deepcopy(result)
+
+    def history(self, job: str, limit: int) -> list[Run]:
+        runs = sorted((copy.deepcopy(r) for r in self.runs.values() if r.job == job), key=lambda r: -r.slot)[:limit]
+        for r in runs:
+            r.token = ""
+        return runs
+
+    def prune(self, job: str, before: int) -> int:
+        doomed = [k for k, r in self.runs.items() if r.job == job and r.slot < before and not r.state.active]
+        for k in doomed:
+            del self.runs[k]
+        return len(doomed)
+
+    def schedule_since(self, job: str, fingerprint: str, now: int) -> int:
+        current = self.schedules.get(job)
+        if current is not None and current[0] == fingerprint:
+            return current[1]
+        self.schedules[job] = (fingerprint, now)
+        return now
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_random_histories_match_the_reference(backend: PostgresBackend, seed: int) -> None:
+    rng = random.Random(seed)
+    ref = Reference()
+    jobs = ["alpha", "beta"]
+    tokens = ["never-issued"]
+    now = NOW
+    for step in range(400):
+        now += rng.choice([0, 1, 500, 2_000, LEASE // 2, LEASE + 1])
+        job = rng.choice(jobs)
+        slot = rng.randint(1, 5) * 1000
+        token = rng.choice(tokens)
+        op = rng.choices(
+            ["claim", "heartbeat", "finish", "release", "takeover", "read", "prune", "schedule"],
+            weights=[8, 5, 3, 2, 4, 2, 1, 1],
+        )[0]
+        where = f"seed {seed} step {step} {op} {job} {slot}"
+        if op == "claim":
+            token = f"tok{step}"
+            tokens.append(token)
+            req = ClaimRequest(job, slot, rng.choice("abc"), token, now, LEASE, rng.choice(list(Overlap)))
+            assert await backend.claim(req) == ref.claim(req), where
+        elif op == "takeover":
+            token = f"tok{step}"
+            tokens.append(token)
+            treq = TakeoverRequest(job, slot, rng.choice("abc"), token, now, LEASE, rng.randint(1, 3))
+            assert await backend.takeover(treq) == ref.takeover(treq), where
+        elif op == "heartbeat":
+            expected = transitions.heartbeat(ref.get(job, slot), token, now, LEASE)
+            ref.put(expected)
+            assert await backend.heartbeat(job, slot, token, now, LEASE) == (expected is not None), where
+        elif op == "finish":
+            outcome = rng.choice([RunState.SUCCESS, RunState.FAILED, RunState.INTERRUPTED])
+            error = rng.choice([None, "exit code 1", "it's 'quoted' \\ and ünïcode"])
+            expected = transitions.finish(ref.get(job, slot), token, now, outcome, error)
+            ref.put(expected)
+            assert await backend.finish(job, slot, token, now, outcome, error) == (expected is not None), where
+        elif op == "release":
+            expected = transitions.release(ref.get(job, slot), token, now, "handing over")
+            ref.put(expected)
+            assert await backend.release(job, slot, token, now, "handing over") == (expected is not None), where
+        elif op == "prune":
+            before = rng.randint(1, 6) * 1000
+            assert await backend.prune(job, before) == ref.prune(job, before), where
+        elif op == "schedule":
+            fingerprint = rng.choice(["every:10s", "cron:0 * * * *"])
+            assert await backend.schedule_since(job, fingerprint, now) == ref.schedule_since(job, fingerprint, now)
+        assert await backend.get_run(job, slot) == ref.get(job, slot), where
+        assert await backend.active_runs(job) == ref.active(job), where
+    for job in jobs:
+        assert await backend.history(job, 100) == ref.history(job, 100)
+        assert await backend.history(job, 2) == ref.history(job, 2)
+        expected_last = max((r.slot for r in ref.runs.values() if r.job == job), default=None)
+        assert await backend.last_slot(job) == expected_last
+
+
+# -- contention ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def crowd(postgres_url: str) -> AsyncIterator[list[PostgresBackend]]:
+    """Sixteen instances, each with its own connection, on one shared table."""
+    table = unique("crowd")
+    backends = [PostgresBackend(postgres_url, table=table, pool_size=1) for _ in range(16)]
+    await asyncio.gather(*(b.setup() for b in backends))
+    yield backends
+    await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_many_connections_claiming_the_same_slots(crowd: list[PostgresBackend]) -> None:
+    for slot in range(40):
+        results = await asyncio.gather(
+            *(
+                b.claim(ClaimRequest("job", slot, f"i{n}", f"t{slot}-{n}", NOW, LEASE, Overlap.ALLOW))
+                for n, b in enumerate(crowd)
+            )
+        )
+        winners = [r for r in results if r.won]
+        assert len(winners) == 1, slot
+        assert winners[0].run is not None
+        token = winners[0].run.token
+        # Every loser was told about the winner's run, and the store agrees.
+        assert all(r.outcome is ClaimOutcome.TAKEN and r.run and r.run.token == token for r in results if not r.won)
+        stored = await crowd[0].get_run("job", slot)
+        assert stored is not None and stored.token == token and len(stored.attempts) == 1
+
+
+async def test_overlap_skip_across_slots_under_contention(crowd: list[PostgresBackend]) -> None:
+    """Sixteen instances claim four different slots of one job at once: one run only."""
+    for round_ in range(15):
+        base = round_ * 100
+        results = await asyncio.gather(
+            *(
+                b.claim(ClaimRequest("job", base + n % 4, f"i{n}", f"t{round_}-{n}", NOW, LEASE, Overlap.SKIP))
+                for n, b in enumerate(crowd)
+            )
+        )
+        assert sum(r.won for r in results) == 1, round_
+        active = await crowd[0].active_runs("job")
+        assert len(active) == 1
+        slots = {(await crowd[0].get_run("job", base + k)) is not None for k in range(4)}
+        assert slots == {True}  # the other slots were recorded (Skipped), once each
+        await crowd[0].finish("job", active[0].slot, active[0].token, NOW, RunState.SUCCESS)
+
+
+async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) -> None:
+    """A stale runner's finish and many backups' takeovers race: exactly one of them counts."""
+    for slot in range(20):
+        await crowd[0].claim(ClaimRequest("job", slot, "old", "old-token", NOW, LEASE, Overlap.ALLOW))
+        later = NOW + LEASE + 1
+        finished, *takeovers = await asyncio.gather(
+            crowd[0].finish("job", slot, "old-token", later, RunState.SUCCESS),
+            *(
+                b.takeover(TakeoverRequest("job", slot, f"b{n}", f"new-{n}", later, LEASE, 3))
+                for n, b in enumerate(crowd[1:])
+            ),
+        )
+        won = [t for t in takeovers if t.won]
+        run = await crowd[0].get_run("job", slot)
+        assert run is not None
+        if finished:
+            assert won == [] and run.state is RunState.SUCCESS and run.attempt == 1
+        else:
+            assert len(won) == 1 and won[0].run is not None
+            assert (run.state, run.attempt, run.token) == (RunState.CLAIMED, 2, won[0].run.token)
+
+
+# -- timeouts and outages -----------------------------------------------------------------
+
+
+async def test_command_timeout_cancels_the_claim_on_the_server(postgres_url: str) -> None:
+    """A claim stuck behind the job's lock times out as StoreError and leaves no ghost.
+
+    If the timed-out statement kept running on the server, it would insert the run once
+    the lock is free: a claim its caller believes failed.
+    """
+    backend = PostgresBackend(postgres_url, table=unique("timeout"), command_timeout_s=0.5)
+    await backend.setup()
+    try:
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as blocker:
+            await blocker.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"{backend.table}:job",))
+            with pytest.raises(StoreError):
+                await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))
+            await blocker.execute("SELECT pg_advisory_unlock_all()")
+        await asyncio.sleep(0.3)
+        assert await backend.get_run("job", 1) is None
+        assert (await backend.claim(ClaimRequest("job", 1, "a", "t2", NOW, LEASE))).won
+    finally:
+        await backend.close()
+
+
+async def test_outage_raises_store_error_then_recovers(own_server: PostgresServer) -> None:
+    # Trust authentication ignores the password, which lets us check that it never leaks.
+    url = own_server.url.replace("postgres@", "postgres:s3cr3t-pw@")
+    backend = PostgresBackend(url, table=unique("outage"), pool_size=4)
+    await backend.setup()
+    try:
+        # Fill the pool, so that the outage breaks several idle connections at once.
+        await asyncio.gather(*(backend.get_run("job", n) for n in range(8)))
+        assert (await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))).won
+
+        own_server.kill()
+        for _ in range(3):  # a broken connection, then refused connects: all StoreError
+            with pytest.raises(StoreError) as err:
+                await backend.heartbeat("job", 1, "t1", NOW + 1, LEASE)
+            assert "s3cr3t-pw" not in str(err.value)
+            assert str(own_server.port) in str(err.value)
+
+        own_server.restart()
+        # The broken connections were dropped when the first call failed: the very first
+        # call after the restart reconnects.
+        assert await backend.get_run("job", 2) is None
+        # What was committed before the crash is still there (synchronous commit).
+        survivor = await backend.get_run("job", 1)
+        assert survivor is not None and survivor.token == "t1"
+        assert (await backend.claim(ClaimRequest("job", 2, "a", "t2", NOW, LEASE, Overlap.ALLOW))).won
+        results = await asyncio.gather(*(backend.get_run("job", 2) for _ in range(8)))
+        assert all(r is not None and r.token == "t2" for r in results)
+    finally:
+        await backend.close()
+
+
+async def test_restart_while_idle_costs_at_most_one_failed_call(own_server: PostgresServer) -> None:
+    backend = PostgresBackend(own_server.url, table=unique("idle"), pool_size=4)
+    await backend.setup()
+    try:
+        await asyncio.gather(*(backend.get_run("job", n) for n in range(8)))
+        own_server.restart()
+        failures = 0
+        for n in range(6):
+            try:
+                await backend.claim(ClaimRequest("job", n, "a", f"t{n}", NOW, LEASE, Overlap.ALLOW))
+            except StoreError:
+                failures += 1
+        assert failures <= 1
+        assert len(await backend.active_runs("job")) >= 5
+    finally:
+        await backend.close()
+
+
+async def test_closed_backend_refuses_calls(postgres_url: str) -> None:
+    backend = PostgresBackend(postgres_url, table=unique("closed"))
+    await backend.setup()
+    await backend.close()
+    with pytest.raises(StoreError, match="after close"):
+        await backend.get_run("job", 1)
