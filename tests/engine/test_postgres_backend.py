@@ -80,7 +80,7 @@ async def test_schema_layout(backend: PostgresBackend, postgres_url: str) -> Non
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s",
             (backend.table,),
         )
-        columns = dict(await cur.fetchall())
+        columns: dict[str, str] = dict(await cur.fetchall())
         cur = await conn.execute(
             "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
             " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary"
@@ -306,13 +306,14 @@ async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) 
     for slot in range(20):
         await crowd[0].claim(ClaimRequest("job", slot, "old", "old-token", NOW, LEASE, Overlap.ALLOW))
         later = NOW + LEASE + 1
-        finished, *takeovers = await asyncio.gather(
-            crowd[0].finish("job", slot, "old-token", later, RunState.SUCCESS),
+        finishing = asyncio.ensure_future(crowd[0].finish("job", slot, "old-token", later, RunState.SUCCESS))
+        takeovers = await asyncio.gather(
             *(
                 b.takeover(TakeoverRequest("job", slot, f"b{n}", f"new-{n}", later, LEASE, 3))
                 for n, b in enumerate(crowd[1:])
-            ),
+            )
         )
+        finished = await finishing
         won = [t for t in takeovers if t.won]
         run = await crowd[0].get_run("job", slot)
         assert run is not None

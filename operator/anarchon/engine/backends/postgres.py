@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
 from ..errors import ConfigError, StoreError
@@ -310,7 +311,10 @@ class PostgresBackend(LeaseBackend):
     # -- connections --------------------------------------------------------------------
     def _error(self, exc: BaseException) -> StoreError:
         """A StoreError naming the server but never the password."""
-        message = str(exc).strip() or type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            message = f"no answer within {self._command_timeout_s}s (statement cancelled)"
+        else:
+            message = str(exc).strip() or type(exc).__name__
         if self._password:
             message = message.replace(self._password, "***")
         return StoreError(f"{self._where}: {message}")
@@ -344,12 +348,18 @@ class PostgresBackend(LeaseBackend):
                 async with asyncio.timeout(self._command_timeout_s):
                     result = await op(conn)
             except (psycopg.Error, OSError, TimeoutError) as exc:
-                # A query error (e.g. a missing table before setup) leaves an autocommit
-                # connection usable; a broken or timed-out one is thrown away.
-                if conn is not None and not conn.broken and not conn.closed and not isinstance(exc, TimeoutError):
-                    self._idle.append(conn)
-                else:
+                if conn is None or conn.broken or conn.closed:
+                    # The server is gone (restart, network): the idle connections most
+                    # likely went with it, and each would fail one more call.
                     await self._discard(conn, idle_too=True)
+                elif isinstance(exc, TimeoutError) or conn.info.transaction_status != TransactionStatus.IDLE:
+                    # psycopg cancelled the statement on the server when the timeout hit;
+                    # a connection in an uncertain state is not worth keeping.
+                    await self._discard(conn, idle_too=False)
+                else:
+                    # A query error (e.g. the table is missing before setup()) leaves an
+                    # autocommit connection idle and usable.
+                    self._idle.append(conn)
                 raise self._error(exc) from exc
             except BaseException:
                 # Cancelled mid-query: the connection may be in the middle of a result.
