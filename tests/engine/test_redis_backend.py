@@ -11,6 +11,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -342,48 +343,67 @@ async def test_history_limit_and_tokens(backend: RedisBackend) -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 async def test_same_answers_as_sqlite_reference(backend: RedisBackend, tmp_path: Path, seed: int) -> None:
-    """Random operation sequences give identical results and records on Redis and SQLite."""
+    """Random operation sequences give identical results and records on Redis and SQLite.
+
+    The operations aim at the edges: the current token or a stale one, a clock that lags a
+    little (instances' clocks differ), shorter leases than the one held, and ``now`` exactly
+    at the lease's end (expired: ``lease_until <= now``).
+    """
     rng = random.Random(seed)
     reference = SqliteBackend(tmp_path / "ref.db")
     await reference.setup()
+    seen: Counter[str] = Counter()
     try:
         clock = NOW
-        tokens: dict[int, list[str]] = {}
-        for step in range(250):
-            clock += rng.choice([0, 1, 500, LEASE // 2, LEASE])
-            now = clock - rng.choice([0, 0, 0, 1_500])  # instances' clocks differ a little
+        tokens: dict[tuple[str, int], list[str]] = {}
+        for step in range(300):
+            clock += rng.choice([0, 1, 300, LEASE // 4, LEASE // 2])
+            now = clock - rng.choice([0, 0, 0, 1_500])
             lease = rng.choice([LEASE, LEASE // 4])
-            slot = rng.randrange(6)
-            job = rng.choice(["j", "k"])
-            known = [*tokens.get(slot, []), "stale"]
-            token = rng.choice(known)
-            op = rng.choice(["claim", "claim", "heartbeat", "finish", "release", "takeover", "prune"])
-            if op == "claim":
+            slot = rng.randrange(4)
+            job = rng.choice(["j", "j", "k"])
+            stored = await reference.get_run(job, slot)
+            if stored is not None and stored.lease_until_ms > 0 and rng.random() < 0.15:
+                now = stored.lease_until_ms - rng.choice([0, 0, 1])  # just at / before the end
+            token = rng.choice([*tokens.get((job, slot), ["stale"])[-2:], "stale"])
+            op = rng.choice(["claim", "claim", "heartbeat", "heartbeat", "finish", "release", "takeover", "prune"])
+            if op in ("claim", "takeover"):
                 fresh = f"tok-{step}"
-                tokens.setdefault(slot, []).append(fresh)
+                tokens.setdefault((job, slot), []).append(fresh)
+            if op == "claim":
                 request = ClaimRequest(job, slot, f"i{step % 3}", fresh, now, lease, rng.choice(list(Overlap)))
                 got, want = await backend.claim(request), await reference.claim(request)
                 assert got == want, (step, request)
+                seen[f"claim {want.outcome}"] += 1
+                seen["replaced"] += len(want.replaced)
             elif op == "heartbeat":
                 args = (job, slot, token, now, lease)
-                assert await backend.heartbeat(*args) == await reference.heartbeat(*args), step
+                ok = await backend.heartbeat(*args)
+                assert ok == await reference.heartbeat(*args), step
+                seen[f"heartbeat {ok}"] += 1
             elif op == "finish":
                 outcome = rng.choice([RunState.SUCCESS, RunState.FAILED, RunState.INTERRUPTED])
                 error = rng.choice([None, "exit 1", 'é/"quoted"\n'])
                 fargs = (job, slot, token, now, outcome, error)
-                assert await backend.finish(*fargs) == await reference.finish(*fargs), step
+                ok = await backend.finish(*fargs)
+                assert ok == await reference.finish(*fargs), step
+                seen[f"finish {ok}"] += 1
             elif op == "release":
                 rargs = (job, slot, token, now, "handed over")
-                assert await backend.release(*rargs) == await reference.release(*rargs), step
+                ok = await backend.release(*rargs)
+                assert ok == await reference.release(*rargs), step
+                seen[f"release {ok}"] += 1
             elif op == "takeover":
-                fresh = f"tok-{step}"
-                tokens.setdefault(slot, []).append(fresh)
                 treq = TakeoverRequest(job, slot, f"i{step % 3}", fresh, now, lease, rng.choice([1, 2, 3]))
                 got, want = await backend.takeover(treq), await reference.takeover(treq)
                 assert got == want, (step, treq)
+                final = want.run is not None and not want.run.state.active
+                seen[f"takeover {want.outcome}{' final' if final else ''}"] += 1
             else:
-                before = rng.randrange(7)
-                assert await backend.prune(job, before) == await reference.prune(job, before), step
+                before = rng.randrange(5)
+                pruned = await backend.prune(job, before)
+                assert pruned == await reference.prune(job, before), step
+                seen["pruned"] += pruned
             for j in ("j", "k"):
                 assert await backend.active_runs(j) == await reference.active_runs(j), step
                 assert await backend.get_run(j, slot) == await reference.get_run(j, slot), step
@@ -392,3 +412,19 @@ async def test_same_answers_as_sqlite_reference(backend: RedisBackend, tmp_path:
             assert await backend.last_slot(j) == await reference.last_slot(j)
     finally:
         await reference.close()
+    # The sequence really went through every path, or the comparison proved little.
+    for path in (
+        "claim won",
+        "claim taken",
+        "claim skipped",
+        "replaced",
+        "heartbeat True",
+        "heartbeat False",
+        "finish True",
+        "finish False",
+        "release True",
+        "takeover won",
+        "takeover taken",
+        "pruned",
+    ):
+        assert seen[path] > 0, (path, seen)

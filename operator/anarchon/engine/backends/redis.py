@@ -121,7 +121,7 @@ if overlap ~= 'Allow' then
     if m ~= slot then
       if redis.call('EXISTS', base .. m) == 1 then
         table.insert(others, m)
-        if false then
+        if overlap == 'Skip' then
           break
         end
       else
