@@ -53,6 +53,30 @@ class AttemptRunner:
         self.listener = listener
         self._lease_until_ms = lease_until_ms
         self._fenced = asyncio.Event()
+        ctx.confirm = self.confirm
+
+    async def confirm(self) -> bool:
+        """Heartbeat now and say whether this attempt still holds the run.
+
+        Handlers call it right before a side effect that must not happen twice (launching a
+        Pod, writing a final status): a runner that froze past its lease learns here that it
+        was fenced off, before it acts.
+        """
+        ctx = self.ctx
+        if self._fenced.is_set():
+            return False
+        now = self.clock.now_ms()
+        try:
+            ok = await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, self.options.lease_ms)
+        except StoreError as exc:
+            self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc))
+            return False
+        if ok:
+            self._lease_until_ms = now + self.options.lease_ms
+        else:
+            ctx.request_stop(FENCED)
+            self._fenced.set()
+        return ok
 
     async def run(self) -> RunState | None:
         """Run the attempt to its end; returns the outcome written, or None if fenced/released."""
@@ -101,9 +125,10 @@ class AttemptRunner:
     async def _record_end(self, task: asyncio.Task[None]) -> RunState | None:
         ctx = self.ctx
         error: str | None = None
+        if ctx.stop_reason == TIMEOUT:
+            # However the handler ended after the timeout, the attempt did not make it in time.
+            return await self._finish(RunState.FAILED, f"timed out after {self.options.timeout_ms} ms")
         if task.cancelled():
-            if ctx.stop_reason == TIMEOUT:
-                return await self._finish(RunState.FAILED, f"timed out after {self.options.timeout_ms} ms")
             return await self._release(f"handed over: {ctx.stop_reason or 'cancelled'}")
         exc = task.exception()
         if exc is None:

@@ -14,6 +14,11 @@ from .model import Attempt, CatchUp, Overlap, Run
 from .schedule import Schedule
 
 
+async def _always_yours() -> bool:
+    """Claim-only stores have no lease to check: the claim is all there is."""
+    return True
+
+
 class RunContext:
     """What a handler learns about the attempt it runs, and how it talks back.
 
@@ -46,6 +51,9 @@ class RunContext:
         self.stop = asyncio.Event()
         self.stop_reason: str | None = None
         self._alive = True
+        self.confirm: Callable[[], Awaitable[bool]] = _always_yours
+
+    # ``confirm()``: heartbeat now; False means this attempt was fenced off and must not act.
 
     @property
     def scheduled_at(self) -> datetime:
