@@ -338,9 +338,11 @@ class ControlPlane:
             self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
         return self._ssl
 
-    def _spawn(self, name: str, args: Sequence[str]) -> Component:
+    def _spawn(self, name: str, args: Sequence[str], env_extra: dict[str, str] | None = None) -> Component:
         log = self.run_dir / "logs" / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+        # The user's KUBECONFIG / KWOK_* settings must not leak into the components.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "KWOK"))}
+        env.update(env_extra or {})
         with log.open("ab") as fh:
             proc = subprocess.Popen(
                 list(args),
@@ -543,6 +545,8 @@ class ControlPlane:
                 "--node-lease-duration-seconds=40",
                 "--cidr=10.244.0.0/16",
             ],
+            # kwok also reads ~/.kwok/kwok.yaml: a developer's own stages must not change the contract.
+            env_extra={"HOME": str(self.run_dir / "kwok-home")},
         )
 
     def _create_nodes(self) -> None:
