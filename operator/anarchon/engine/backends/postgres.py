@@ -109,25 +109,16 @@ BEGIN
         RETURN;
     END IF;
     -- Serialize the claims of this job: the overlap decision reads other slots' rows.
+    -- Under this lock only we insert runs of the job, so what we read stays true until
+    -- we commit; the existence check is folded into ON CONFLICT where nothing else
+    -- depends on it (one index probe less on the winner's path).
     PERFORM pg_advisory_xact_lock(hashtextextended({lock_prefix} || p_job, 0));
-    RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    IF p_overlap = 'Skip' THEN
-        SELECT min(r.slot) INTO v_other FROM {runs} AS r
-        WHERE r.job = p_job AND r.state IN ('Claimed', 'Running');
-        IF v_other IS NOT NULL THEN
-            RETURN QUERY
-            WITH ins AS (
-                INSERT INTO {runs} AS r VALUES (
-                    p_job, p_slot, 'Skipped', 0, p_instance, '', 0, p_now, p_now,
-                    'skipped: the run of slot ' || v_other || ' is still active', '[]'::jsonb)
-                RETURNING r.*)
-            SELECT 'skipped'::text, ins.* FROM ins;
+    IF p_overlap = 'Replace' THEN
+        -- Must know the slot is free before interrupting anything.
+        RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+        IF FOUND THEN
             RETURN;
         END IF;
-    ELSIF p_overlap = 'Replace' THEN
         v_reason := 'replaced by the run of slot ' || p_slot;
         RETURN QUERY
         WITH upd AS (
@@ -137,6 +128,23 @@ BEGIN
             WHERE r.job = p_job AND r.slot <> p_slot AND r.state IN ('Claimed', 'Running')
             RETURNING r.*)
         SELECT 'replaced'::text, upd.* FROM upd;
+    ELSIF p_overlap = 'Skip' THEN
+        SELECT min(r.slot) INTO v_other FROM {runs} AS r
+        WHERE r.job = p_job AND r.slot <> p_slot AND r.state IN ('Claimed', 'Running');
+        IF v_other IS NOT NULL THEN
+            RETURN QUERY
+            WITH ins AS (
+                INSERT INTO {runs} AS r VALUES (
+                    p_job, p_slot, 'Skipped', 0, p_instance, '', 0, p_now, p_now,
+                    'skipped: the run of slot ' || v_other || ' is still active', '[]'::jsonb)
+                ON CONFLICT DO NOTHING
+                RETURNING r.*)
+            SELECT 'skipped'::text, ins.* FROM ins;
+            IF NOT FOUND THEN
+                RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+            END IF;
+            RETURN;
+        END IF;
     END IF;
     RETURN QUERY
     WITH ins AS (
@@ -145,8 +153,12 @@ BEGIN
             jsonb_build_array(jsonb_build_object(
                 'attempt', 1, 'instance', p_instance, 'token_hash', p_token_hash, 'started_ms', p_now,
                 'ended_ms', NULL, 'outcome', 'Running', 'error', NULL)))
+        ON CONFLICT DO NOTHING
         RETURNING r.*)
     SELECT 'won'::text, ins.* FROM ins;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+    END IF;
 END
 $fn$;
 
@@ -211,9 +223,16 @@ def _row_to_run(row: Sequence[Any]) -> Run:
 class PostgresBackend(LeaseBackend):
     """Lease store in a PostgreSQL database shared by every instance.
 
-    ``table`` names the runs table (the schedules table and the functions are named after
-    it), so that several deployments can share one database. The connecting role needs
-    CREATE on the schema for :meth:`setup`.
+    ``url`` is a libpq URL or conninfo string (``postgresql://user:pw@host:5432/db``).
+    ``table`` names the runs table; the schedules table and the functions are named after
+    it, so that several deployments can share one database. The connecting role needs
+    CREATE on the schema (the first of ``search_path``) for :meth:`setup`.
+
+    ``pool_size`` bounds the connections, hence the calls in flight: a scheduler makes few
+    calls at once (a claim per due slot, a heartbeat per running attempt), so a handful
+    is plenty and keeps the server's connection count low with many instances.
+    ``command_timeout_s`` bounds one call; when it hits, psycopg cancels the statement on
+    the server, so a claim that timed out cannot commit later behind its caller's back.
     """
 
     capabilities = Capabilities(name="postgres", leases=True)
@@ -227,6 +246,7 @@ class PostgresBackend(LeaseBackend):
         connect_timeout_s: float = 10.0,
         command_timeout_s: float | None = 30.0,
         application_name: str = "anarchon",
+        prepare_threshold: int | None = 5,
     ) -> None:
         if not _TABLE_RE.fullmatch(table):
             raise ConfigError(f"postgres table name {table!r}: use letters, digits and _ (at most 48)")
@@ -240,7 +260,9 @@ class PostgresBackend(LeaseBackend):
         self._password = str(params.get("password") or "")
         self._where = f"postgres {params.get('user') or ''}@{params.get('host') or ''}:{params.get('port') or 5432}"
         self._where += f"/{params.get('dbname') or ''}"
-        self._connect_kwargs: dict[str, Any] = {"autocommit": True}
+        # prepare_threshold=None turns server-side prepared statements off, for poolers
+        # that cannot carry them between transactions (PgBouncer before 1.21).
+        self._connect_kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if "connect_timeout" not in params:
             self._connect_kwargs["connect_timeout"] = max(1, round(connect_timeout_s))
         if "application_name" not in params:
