@@ -1,0 +1,446 @@
+"""Reading an AnarchonJob object into what the engine runs, and the names the operator derives.
+
+The CRD (``crds/anarchonjobs.anarchon.io.yaml``) rejects most bad specs at admission, but
+the operator checks everything again here because it cannot rely on that: objects stored
+before a CRD upgrade, a cluster still carrying an older CRD, or validation ratcheting all
+let through objects that the current schema refuses. Some checks exist only here, because
+the apiserver cannot make them: an unknown time zone, a cron expression with valid
+characters but impossible values, and ``lease > heartbeat`` when either is written in days
+(CEL's ``duration()`` has no ``d`` unit).
+
+Every problem is collected before raising, so one status condition tells the user all that
+is wrong instead of one field per edit. Defaults are those of the CRD (:data:`CRD_DEFAULTS`;
+a test checks the two agree), so an object created without CRD defaulting runs the same.
+
+Pure Python on purpose (no kopf, no Kubernetes client): it is unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from anarchon.engine.durations import parse_duration
+from anarchon.engine.errors import ScheduleError
+from anarchon.engine.job import JobOptions
+from anarchon.engine.model import CatchUp, Overlap
+from anarchon.engine.schedule import Schedule, cron, every
+
+GROUP: Final = "anarchon.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+JOB_KIND: Final = "AnarchonJob"
+JOB_PLURAL: Final = "anarchonjobs"
+RUN_KIND: Final = "AnarchonRun"
+RUN_PLURAL: Final = "anarchonruns"
+
+#: Labels the operator puts on AnarchonRuns and Pods; users may not set labels under this prefix.
+LABEL_PREFIX: Final = f"{GROUP}/"
+LABEL_JOB: Final = "anarchon.io/job"
+LABEL_RUN: Final = "anarchon.io/run"
+LABEL_SLOT: Final = "anarchon.io/slot"
+LABEL_ATTEMPT: Final = "anarchon.io/attempt"
+#: The slot as RFC3339 UTC (see :func:`slot_time`), on Runs and Pods, for people and for the workload.
+ANNOTATION_SCHEDULED_AT: Final = "anarchon.io/scheduled-at"
+
+#: Longest AnarchonJob name. Pod names are ``<job>-<slot>-a<attempt>``: 40 + 1 + 13 digits (a
+#: slot in ms) + 4 (``-a10``) = 58, within the 63 characters of a DNS label (Pod hostnames).
+MAX_JOB_NAME_LENGTH: Final = 40
+MIN_ATTEMPTS: Final = 1
+MAX_ATTEMPTS: Final = 10
+#: Longest duration string; the CRD bounds it too, which keeps the CEL rules' cost estimate low.
+MAX_DURATION_LENGTH: Final = 32
+MAX_CRON_LENGTH: Final = 128
+MAX_TIME_ZONE_LENGTH: Final = 64
+
+#: Same patterns as the CRD's (checked by a test). Durations are lower-case ``<number><unit>``
+#: parts (units ms, s, m, h, d); the engine's parser alone would also accept upper case.
+DURATION_PATTERN: Final = r"^([0-9]+(ms|s|m|h|d))+$"
+#: 5 fields (minute hour day month weekday) or 6 (seconds first); no ``@hourly`` macros.
+CRON_PATTERN: Final = r"^\s*[0-9A-Za-z*?/,#-]+(\s+[0-9A-Za-z*?/,#-]+){4,5}\s*$"
+#: The shape of an IANA name (``UTC``, ``Europe/Paris``, ``America/Argentina/Buenos_Aires``).
+TIME_ZONE_PATTERN: Final = r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$"
+
+#: Defaults of the CRD, by path under ``spec``. ``lease`` has none in the schema: it is 3
+#: heartbeats, computed by the engine (``JobOptions.effective_lease_ms``).
+CRD_DEFAULTS: Final[Mapping[str, Any]] = {
+    "timeZone": "UTC",
+    "jitter": "1s",
+    "heartbeat": "5s",
+    "overlap": "Skip",
+    "catchUp.policy": "None",
+    "catchUp.window": "1h",
+    "maxAttempts": 3,
+    "suspend": False,
+    "successfulRunsHistoryLimit": 3,
+    "failedRunsHistoryLimit": 1,
+}
+
+_DURATION_RE = re.compile(DURATION_PATTERN)
+_CRON_RE = re.compile(CRON_PATTERN)
+_TIME_ZONE_RE = re.compile(TIME_ZONE_PATTERN)
+
+_E = TypeVar("_E", Overlap, CatchUp)
+
+
+class SpecError(ValueError):
+    """An AnarchonJob the operator cannot run; ``messages`` lists every problem, each led by its field path."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = list(messages)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """An AnarchonJob as the operator runs it: checked, defaulted, durations in ms."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    schedule: Schedule
+    options: JobOptions
+    #: ``{"metadata": {"labels": {...}, "annotations": {...}}, "spec": {...}}``, plain dicts,
+    #: a deep copy (safe to mutate), ``spec.restartPolicy`` always ``"Never"``.
+    template: dict[str, Any]
+    successful_history: int
+    failed_history: int
+
+    @property
+    def engine_name(self) -> str:
+        """The job's name in the lease store: unique across namespaces, stable across restarts."""
+        return f"{self.namespace}/{self.name}"
+
+
+def _show(value: object) -> str:
+    """``repr`` of a value for a message, cut short so a pasted blob cannot flood a condition."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy made of dicts and lists only (kopf hands out read-only mapping views)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Reader:
+    """Reads typed fields of one mapping, recording a message per problem instead of raising."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(f"{path}: {message}")
+
+    def mapping(self, value: Any, path: str, *, required: bool = False) -> Mapping[str, Any] | None:
+        if value is None:
+            if required:
+                self.error(path, "required")
+            return None
+        if not isinstance(value, Mapping):
+            self.error(path, f"expected an object, got {_show(value)}")
+            return None
+        return value
+
+    def string(self, value: Any, path: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.error(path, f"expected a string, got {_show(value)}")
+            return None
+        return value
+
+    def required_string(self, value: Any, path: str) -> str | None:
+        if value is None or value == "":
+            self.error(path, "required")
+            return None
+        return self.string(value, path)
+
+    def duration(self, value: Any, path: str, *, positive: bool = False) -> int | None:
+        """Milliseconds of a duration string, or None if absent or bad (then an error is recorded)."""
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.error(path, f"expected a duration string such as '10s', got {_show(value)}")
+            return None
+        if len(value) > MAX_DURATION_LENGTH or not _DURATION_RE.fullmatch(value):
+            self.error(
+                path,
+                f"cannot parse {_show(value)}; use numbers with units ms, s, m, h or d, in lower case"
+                " (e.g. '10s', '1h30m', '250ms')",
+            )
+            return None
+        ms = parse_duration(value, what=path)
+        if positive and ms == 0:
+            self.error(path, f"must be longer than 0, got {_show(value)}")
+            return None
+        return ms
+
+    def integer(self, value: Any, path: str, *, low: int, high: int | None = None) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(path, f"expected an integer, got {_show(value)}")
+            return None
+        if value < low or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            self.error(path, f"must be {bounds}, got {value}")
+            return None
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool | None:
+        if not isinstance(value, bool):
+            self.error(path, f"expected true or false, got {_show(value)}")
+            return None
+        return value
+
+    def enum(self, value: Any, path: str, kind: type[_E]) -> _E | None:
+        allowed = [str(m) for m in kind]
+        if not isinstance(value, str) or value not in allowed:
+            self.error(path, f"must be one of {', '.join(allowed)}, got {_show(value)}")
+            return None
+        return kind(value)
+
+    def string_map(self, value: Any, path: str) -> dict[str, str]:
+        m = self.mapping(value, path)
+        if m is None:
+            return {}
+        out: dict[str, str] = {}
+        for k, v in m.items():
+            if not isinstance(v, str):
+                self.error(f"{path}.{k}", f"expected a string, got {_show(v)}")
+            else:
+                out[str(k)] = v
+        return out
+
+
+def _default(spec: Mapping[str, Any], key: str, default_key: str | None = None) -> Any:
+    """``spec[key]``, or the CRD default when absent or null (null is pruned then defaulted by the apiserver)."""
+    value = spec.get(key)
+    return CRD_DEFAULTS.get(default_key or key) if value is None else value
+
+
+def _parse_schedule(spec: Mapping[str, Any], r: _Reader) -> Schedule | None:
+    """``every`` xor ``cron`` (+ ``timeZone``); every problem recorded, the schedule only if all is well."""
+    every_value, cron_value = spec.get("every"), spec.get("cron")
+    tz = r.string(_default(spec, "timeZone"), "spec.timeZone")
+    tz_ok = False
+    if tz is not None:
+        if len(tz) > MAX_TIME_ZONE_LENGTH or not _TIME_ZONE_RE.fullmatch(tz):
+            r.error("spec.timeZone", f"{_show(tz)} is not an IANA time zone name such as 'Europe/Paris'")
+        else:
+            try:
+                ZoneInfo(tz)
+                tz_ok = True
+            except (ZoneInfoNotFoundError, ValueError):
+                r.error("spec.timeZone", f"unknown time zone {_show(tz)}")
+
+    if every_value is None and cron_value is None:
+        r.error("spec", "set one of every (a period such as '10m') or cron (an expression such as '0 8 * * *')")
+        return None
+    both = every_value is not None and cron_value is not None
+    if both:
+        r.error("spec", "set exactly one of every and cron, not both")
+
+    # Both fields are checked even when both are set, so that one pass reports everything.
+    schedule: Schedule | None = None
+    if every_value is not None:
+        if not both and tz is not None and tz != "UTC":
+            r.error(
+                "spec.timeZone",
+                f"must be UTC or unset with every, got {_show(tz)}: every counts its slots on the UTC grid;"
+                " use cron for wall-clock times in a zone",
+            )
+        period = r.duration(every_value, "spec.every", positive=True)
+        if period is not None:
+            schedule = every(period)
+    if cron_value is not None:
+        schedule = _parse_cron(cron_value, tz if tz_ok else None, r)
+    return None if both else schedule
+
+
+def _parse_cron(value: Any, tz: str | None, r: _Reader) -> Schedule | None:
+    """A :class:`Cron` in ``tz``; the expression is checked even when ``tz`` is bad (None)."""
+    expression = r.string(value, "spec.cron")
+    if expression is None:
+        return None
+    if len(expression) > MAX_CRON_LENGTH or not _CRON_RE.fullmatch(expression):
+        r.error(
+            "spec.cron",
+            f"{_show(expression)} is not a cron expression of 5 fields (minute hour day month weekday)"
+            " or 6 (seconds first)",
+        )
+        return None
+    normalized = " ".join(expression.split())
+    try:
+        cron(normalized, "UTC")  # the expression alone, so that a bad zone does not hide it
+    except ScheduleError as exc:
+        r.error("spec.cron", str(exc).removeprefix("cron: "))
+        return None
+    return cron(normalized, tz) if tz is not None else None
+
+
+def _parse_template(spec: Mapping[str, Any], r: _Reader) -> dict[str, Any] | None:
+    """The Pod template as plain dicts with ``restartPolicy: Never``, or None if it is unusable."""
+    tmpl = r.mapping(spec.get("template"), "spec.template", required=True)
+    if tmpl is None:
+        return None
+    meta = r.mapping(tmpl.get("metadata"), "spec.template.metadata") or {}
+    labels = r.string_map(meta.get("labels"), "spec.template.metadata.labels")
+    annotations = r.string_map(meta.get("annotations"), "spec.template.metadata.annotations")
+    for key in labels:
+        if key.startswith(LABEL_PREFIX):
+            r.error(
+                f"spec.template.metadata.labels.{key}",
+                f"labels under {LABEL_PREFIX} are set by the operator (it selects its Pods by them)",
+            )
+
+    pod_spec = r.mapping(tmpl.get("spec"), "spec.template.spec", required=True)
+    if pod_spec is None:
+        return None
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        r.error("spec.template.spec.containers", "at least one container is required")
+    else:
+        for i, c in enumerate(containers):
+            path = f"spec.template.spec.containers[{i}]"
+            if not isinstance(c, Mapping):
+                r.error(path, f"expected an object, got {_show(c)}")
+                continue
+            for key in ("name", "image"):
+                if not isinstance(c.get(key), str) or not c.get(key):
+                    r.error(f"{path}.{key}", "required (a non-empty string)")
+    restart = pod_spec.get("restartPolicy")
+    if restart is not None and restart != "Never":
+        r.error(
+            "spec.template.spec.restartPolicy",
+            f"must be Never or unset, got {_show(restart)}: Anarchon forces Never, because a failed"
+            " container fails the run and a retry after an interruption is a new attempt in a new Pod",
+        )
+
+    out_spec: dict[str, Any] = _plain(pod_spec)
+    out_spec["restartPolicy"] = "Never"
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": out_spec}
+
+
+def parse_job(body: Mapping[str, Any]) -> JobSpec:
+    """Check an AnarchonJob ``body`` (as kopf or the API gives it) and turn it into a :class:`JobSpec`.
+
+    Raises :class:`SpecError` listing every problem found, each prefixed with its field path.
+    """
+    errors: list[str] = []
+    r = _Reader(errors)
+
+    meta = r.mapping(body.get("metadata"), "metadata", required=True) or {}
+    name = r.required_string(meta.get("name"), "metadata.name")
+    if name is not None and len(name) > MAX_JOB_NAME_LENGTH:
+        r.error(
+            "metadata.name",
+            f"must be at most {MAX_JOB_NAME_LENGTH} characters, got {len(name)}: Pod names"
+            " <job>-<slot>-a<attempt> must fit in 63",
+        )
+        name = None
+    namespace = r.required_string(meta.get("namespace"), "metadata.namespace")
+    uid = r.string(meta.get("uid"), "metadata.uid") or ""
+    generation = meta.get("generation", 0)
+    if isinstance(generation, bool) or not isinstance(generation, int):
+        r.error("metadata.generation", f"expected an integer, got {_show(generation)}")
+        generation = 0
+
+    spec = r.mapping(body.get("spec"), "spec", required=True)
+    if spec is None:
+        raise SpecError(errors)
+
+    schedule = _parse_schedule(spec, r)
+    jitter = r.duration(_default(spec, "jitter"), "spec.jitter")
+    heartbeat = r.duration(_default(spec, "heartbeat"), "spec.heartbeat", positive=True)
+    lease = r.duration(spec.get("lease"), "spec.lease", positive=True)
+    if lease is not None and heartbeat is not None and lease <= heartbeat:
+        r.error(
+            "spec.lease",
+            f"must be longer than spec.heartbeat ({spec.get('lease')} <= {_default(spec, 'heartbeat')}),"
+            " or every heartbeat arrives after the lease ran out; use at least 2 heartbeats",
+        )
+    overlap = r.enum(_default(spec, "overlap"), "spec.overlap", Overlap)
+
+    catch_up_spec = r.mapping(spec.get("catchUp"), "spec.catchUp") or {}
+    catch_up = r.enum(_default(catch_up_spec, "policy", "catchUp.policy"), "spec.catchUp.policy", CatchUp)
+    window = r.duration(_default(catch_up_spec, "window", "catchUp.window"), "spec.catchUp.window")
+
+    starting_deadline = r.duration(spec.get("startingDeadline"), "spec.startingDeadline")
+    timeout = r.duration(spec.get("timeout"), "spec.timeout", positive=True)
+    max_attempts = r.integer(_default(spec, "maxAttempts"), "spec.maxAttempts", low=MIN_ATTEMPTS, high=MAX_ATTEMPTS)
+    suspend = r.boolean(_default(spec, "suspend"), "spec.suspend")
+    successful = r.integer(_default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0)
+    failed = r.integer(_default(spec, "failedRunsHistoryLimit"), "spec.failedRunsHistoryLimit", low=0)
+    template = _parse_template(spec, r)
+
+    if errors:
+        raise SpecError(errors)
+    # Every value below was checked above; the asserts narrow the types for mypy.
+    assert name is not None and namespace is not None and schedule is not None and template is not None
+    assert jitter is not None and heartbeat is not None and overlap is not None and catch_up is not None
+    assert window is not None and max_attempts is not None and suspend is not None
+    assert successful is not None and failed is not None
+    options = JobOptions(
+        jitter_ms=jitter,
+        heartbeat_ms=heartbeat,
+        lease_ms=lease,
+        overlap=overlap,
+        catch_up=catch_up,
+        catch_up_window_ms=window,
+        starting_deadline_ms=starting_deadline,
+        max_attempts=max_attempts,
+        timeout_ms=timeout,
+        suspend=suspend,
+    )
+    return JobSpec(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        generation=generation,
+        schedule=schedule,
+        options=options,
+        template=template,
+        successful_history=successful,
+        failed_history=failed,
+    )
+
+
+def run_name(job_name: str, slot_ms: int) -> str:
+    """The AnarchonRun name of one slot: ``<job>-<seconds>``, or ``<job>-<ms>`` if the slot is not whole seconds.
+
+    Deterministic, so that every operator replica names the same run the same way and a
+    create races into AlreadyExists instead of a duplicate. Seconds read better and are 10
+    digits until 2286; the 13-digit millisecond form cannot collide with them before then.
+    """
+    if slot_ms < 0:
+        raise ValueError(f"slot must not be negative, got {slot_ms}")
+    return f"{job_name}-{slot_ms // 1000}" if slot_ms % 1000 == 0 else f"{job_name}-{slot_ms}"
+
+
+def pod_name(run_name: str, attempt: int) -> str:
+    """The Pod of one attempt: ``<run>-a<attempt>``; a new attempt is always a new Pod."""
+    if attempt < 1:
+        raise ValueError(f"attempt must be at least 1, got {attempt}")
+    return f"{run_name}-a{attempt}"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def slot_time(slot_ms: int) -> str:
+    """A slot as RFC3339 in UTC with ``Z``; milliseconds only when the slot has some.
+
+    Integer arithmetic (no float seconds), so the text is exact for every slot.
+    """
+    t = _EPOCH + timedelta(milliseconds=slot_ms)
+    ms = slot_ms % 1000
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ms:03d}" if ms else "") + "Z"
