@@ -1,0 +1,131 @@
+{{/*
+Names. The full name is "<release>-anarchon" unless the release name already contains the chart name.
+*/}}
+{{- define "anarchon.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "anarchon.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "anarchon.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "anarchon.commonLabels" -}}
+helm.sh/chart: {{ include "anarchon.chart" . }}
+app.kubernetes.io/name: {{ include "anarchon.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: anarchon
+{{- end }}
+
+{{- define "anarchon.labels" -}}
+{{ include "anarchon.commonLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "anarchon.redis.labels" -}}
+{{ include "anarchon.commonLabels" . }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "anarchon.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "anarchon.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "anarchon.redis.fullname" -}}
+{{- printf "%s-redis" (include "anarchon.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "anarchon.redis.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "anarchon.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "anarchon.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "anarchon.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "anarchon.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+Cluster-wide mode (no watchNamespaces) or namespaced mode: "true" / "".
+*/}}
+{{- define "anarchon.clusterWide" -}}
+{{- if not .Values.watchNamespaces }}true{{ end }}
+{{- end }}
+
+{{/*
+Which store the operator uses, as one word: redis-bundled, sqlite, url, secret. Fails with the fix when
+the values contradict each other (sqlite is a file in one pod: one replica only).
+*/}}
+{{- define "anarchon.storeSource" -}}
+{{- if .Values.redis.enabled }}
+{{- if ne .Values.store.type "redis" }}
+{{- fail (printf "redis.enabled=true bundles a Redis store, but store.type is %q: set store.type=redis or redis.enabled=false" .Values.store.type) }}
+{{- end }}
+{{- print "redis-bundled" }}
+{{- else if and (eq .Values.store.type "sqlite") (not .Values.store.url) }}
+{{- print "sqlite" }}
+{{- else if .Values.store.url }}
+{{- print "url" }}
+{{- else if .Values.store.existingSecret.name }}
+{{- print "secret" }}
+{{- else }}
+{{- fail "no store: set store.existingSecret.name (a Secret with the store URL), store.url, redis.enabled=true, or store.type=sqlite with replicaCount=1" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The RBAC rules the operator needs in the namespaces it watches (a Role per namespace, or the ClusterRole).
+Keep in sync with tests/chart/test_rbac.py, which checks them against the API server.
+*/}}
+{{- define "anarchon.namespacedRules" -}}
+- apiGroups: ["anarchon.io"]
+  resources: ["anarchonjobs"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["anarchon.io"]
+  resources: ["anarchonjobs/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["anarchon.io"]
+  resources: ["anarchonruns"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+- apiGroups: ["anarchon.io"]
+  resources: ["anarchonruns/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
