@@ -1,0 +1,46 @@
+"""The contract between ``bench/bench_claims.py`` and one store's benchmark case.
+
+A case is a module ``bench/cases/<name>.py`` (names starting with ``_`` are ignored) that
+defines::
+
+    DESCRIPTION = "one line shown in the report"      # optional
+
+    @contextlib.asynccontextmanager
+    async def case() -> AsyncIterator[BenchCase]:
+        # start the server (tests/servers/<name>.py), make the backend, set it up ...
+        yield BenchCase(backend=..., raw=..., raw_label=...)
+        # ... close the backend, stop the server
+
+``raw(i)`` is one round trip of the store's own cheapest "insert unless present" through the
+same client the backend uses (Redis ``SET NX``, PostgreSQL ``INSERT ... ON CONFLICT DO
+NOTHING``, SQLite ``INSERT OR IGNORE``), with ``i`` unique per call so every call inserts.
+It is the yardstick: the ratio claims/s ÷ raw ops/s says how much of the store's own speed
+the backend keeps, independently of how fast the machine is.
+
+Adding a store means adding one module here; ``bench_claims.py`` discovers it by name
+(``--backends <name>``). A case whose server binary or client library is missing should
+raise :class:`CaseUnavailable` (or any ImportError) from ``case()``: the run reports it and
+goes on with the other stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from anarchon.engine import Backend
+
+
+class CaseUnavailable(RuntimeError):
+    """This store cannot be benchmarked here (binary or library missing); the reason says why."""
+
+
+@dataclass
+class BenchCase:
+    """A ready backend and its store's raw round trip, both on the same server."""
+
+    backend: Backend
+    raw: Callable[[int], Awaitable[object]]
+    raw_label: str
+    target_ratio: float | None = 0.5  # claims/s ÷ raw ops/s should reach this (issue 2)
+    target_p99_ms: float | None = None  # slot→claim delay p99 target, if the store has one

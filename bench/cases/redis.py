@@ -1,0 +1,36 @@
+"""Redis lease backend against ``SET key 1 NX PX`` through the same redis-py client."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+from anarchon.engine.backends.redis import RedisBackend
+from bench.cases import BenchCase, CaseUnavailable
+
+DESCRIPTION = "RedisBackend (Lua scripts, EVALSHA) on a local redis-server"
+
+
+@contextlib.asynccontextmanager
+async def case() -> AsyncIterator[BenchCase]:
+    from tests.servers.redis import RedisServer, ServerBinaryMissing
+
+    try:
+        server = RedisServer()
+    except ServerBinaryMissing as exc:
+        raise CaseUnavailable(str(exc)) from exc
+    with server:
+        backend = RedisBackend(server.url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
+        await backend.setup()
+        client = backend.client
+        raw_prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
+
+        async def raw(i: int) -> object:
+            # The cheapest "insert unless present" Redis has: one command, one round trip.
+            return await client.set(f"{raw_prefix}{i}", "1", nx=True, px=600_000)
+
+        try:
+            yield BenchCase(backend=backend, raw=raw, raw_label="SET NX PX", target_p99_ms=5.0)
+        finally:
+            await backend.close()
