@@ -1,0 +1,98 @@
+"""``anarchon``: the operator process and a few commands around it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+DEFAULT_STORE = "sqlite:///var/lib/anarchon/anarchon.db"
+
+
+def _instance_id() -> str:
+    from .engine import default_instance_id
+
+    return os.environ.get("ANARCHON_INSTANCE_ID") or os.environ.get("POD_NAME") or default_instance_id()
+
+
+def _setup_logging(fmt: str, level: str) -> None:
+    if fmt == "json":
+
+        class Json(logging.Formatter):
+            def format(self, record: logging.LogRecord) -> str:
+                out = {
+                    "time": self.formatTime(record),
+                    "level": record.levelname,
+                    "logger": record.name,
+                    "message": record.getMessage(),
+                }
+                if record.exc_info:
+                    out["exc"] = self.formatException(record.exc_info)
+                return json.dumps(out)
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(Json())
+        logging.basicConfig(level=level, handlers=[handler])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kopf").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    logging.getLogger("aiohttp").setLevel(logging.WARNING)
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from .kube.main import OperatorConfig, run_operator
+
+    _setup_logging(args.log_format, args.log_level)
+    namespaces = [] if args.all_namespaces else list(args.namespace or [])
+    if not namespaces and not args.all_namespaces:
+        namespaces = [n for n in os.environ.get("ANARCHON_NAMESPACES", "").split(",") if n.strip()]
+    cfg = OperatorConfig(
+        store=args.store or os.environ.get("ANARCHON_STORE") or DEFAULT_STORE,
+        instance_id=args.instance_id or _instance_id(),
+        namespaces=namespaces,
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port or None,
+        health_port=args.health_port or None,
+    )
+    asyncio.run(run_operator(cfg))
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    """Ask for a run now by annotating the job; the replicas claim it like any slot."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    cmd = ["kubectl", "annotate", "--overwrite", "anarchonjob", args.job, f"anarchon.io/trigger={now}"]
+    if args.namespace:
+        cmd += ["-n", args.namespace]
+    return subprocess.call(cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="anarchon", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    op = sub.add_parser("operator", help="run one operator replica (all replicas are active)")
+    op.add_argument("--store", help=f"store URL (env ANARCHON_STORE; default {DEFAULT_STORE})")
+    op.add_argument("--namespace", "-n", action="append", help="watch this namespace (repeatable)")
+    op.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (the default)")
+    op.add_argument("--instance-id", help="this replica's name in history (env ANARCHON_INSTANCE_ID or POD_NAME)")
+    op.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+    op.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
+    op.add_argument("--health-port", type=int, default=8081, help="liveness /healthz port (0: off)")
+    op.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    op.add_argument("--log-level", default=os.environ.get("ANARCHON_LOG_LEVEL", "INFO"))
+    op.set_defaults(func=cmd_operator)
+    tr = sub.add_parser("trigger", help="run a job now, outside its schedule")
+    tr.add_argument("job")
+    tr.add_argument("--namespace", "-n")
+    tr.set_defaults(func=cmd_trigger)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

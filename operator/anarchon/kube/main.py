@@ -1,0 +1,121 @@
+"""Wiring: one process = one instance = kopf (watching, standalone) + the engine's Scheduler.
+
+kopf is used only for what it is good at here: watching AnarchonJobs and serving liveness.
+Its peering is off (every replica is active; the store picks one winner per slot), its
+state-tracking handlers are unused (they would make replicas fight over annotations), and
+its event posting is off (we post our own, from engine tasks outside handler contexts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from ..engine import Scheduler
+from ..engine.backends import from_url
+from .client import GROUP, JOBS, VERSION, connect
+from .controller import JobController, OperatorListener
+from .events import EventPoster
+from .metrics import Metrics
+
+log = logging.getLogger("anarchon.kube")
+
+
+@dataclass
+class OperatorConfig:
+    store: str
+    instance_id: str
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    kubeconfig: str | None = None
+    metrics_port: int | None = 8080
+    health_port: int | None = 8081
+    stop_flag: asyncio.Event | None = None
+
+
+def build_registry(controller: JobController, scheduler: Scheduler, *, namespaced: bool) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.standalone = True
+        settings.posting.enabled = False
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 60
+        if namespaced:
+            settings.scanning.disabled = True
+
+    @kopf.on.event(GROUP, VERSION, JOBS, registry=registry)
+    async def job_event(**kwargs: Any) -> None:
+        event: dict[str, Any] = kwargs["event"]
+        body: kopf.Body = kwargs["body"]
+        meta = body.get("metadata") or {}
+        if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
+            await controller.remove(str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
+            return None
+        try:
+            await controller.apply(dict(body))
+        except Exception:  # one bad job must never take the operator down
+            log.exception(
+                "handling %s/%s failed; will retry on the next event", meta.get("namespace"), meta.get("name")
+            )
+        return None
+
+    @kopf.on.probe(id="jobs", registry=registry)
+    async def jobs_probe(**_: Any) -> int:
+        return len(scheduler.jobs)
+
+    return registry
+
+
+async def run_operator(cfg: OperatorConfig) -> None:
+    kube = await connect(cfg.kubeconfig)
+    backend = from_url(cfg.store)
+    metrics = Metrics()
+    if cfg.metrics_port:
+        start_http_server(cfg.metrics_port, registry=metrics.registry)
+    controller_ref: list[JobController] = []
+    scheduler = Scheduler(backend, instance_id=cfg.instance_id, listener=OperatorListener(metrics, controller_ref))
+    events = EventPoster(kube, instance=cfg.instance_id)
+    controller = JobController(kube, scheduler, events, metrics)
+    controller_ref.append(controller)
+    await _until_store_ready(scheduler)
+    registry = build_registry(controller, scheduler, namespaced=bool(cfg.namespaces))
+    log.info(
+        "instance %s on store %s, watching %s",
+        cfg.instance_id,
+        backend.capabilities.name,
+        ",".join(cfg.namespaces) or "all namespaces",
+    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            standalone=True,
+            clusterwide=not cfg.namespaces,
+            namespaces=cfg.namespaces,
+            liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz" if cfg.health_port else None,
+            stop_flag=cfg.stop_flag,
+        )
+    finally:
+        # Hand running attempts over: their Pods keep running and a backup adopts them at once.
+        await scheduler.stop(handover=True)
+        await backend.close()
+        await kube.close()
+
+
+async def _until_store_ready(scheduler: Scheduler) -> None:
+    """Wait for the store rather than crash-loop when it is not up yet."""
+    delay = 0.5
+    while True:
+        try:
+            await scheduler.start()
+            return
+        except Exception as exc:
+            log.warning("store %s not ready: %s; retrying in %.1fs", scheduler.backend.capabilities.name, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 15)

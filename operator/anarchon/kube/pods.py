@@ -1,0 +1,159 @@
+"""The Pods of a run: building them from the template, finding them again, reading their fate.
+
+A run's Pods carry the label ``anarchon.io/run=<run>``, so any replica can find them from
+the run's name alone: that is what makes adoption possible after the runner died.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .client import ApiException, Kube
+from .spec import (
+    ANNOTATION_SCHEDULED_AT,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_RUN,
+    LABEL_SLOT,
+    JobSpec,
+    slot_time,
+)
+
+#: Failure reasons that say the Pod was lost rather than that its work failed.
+LOST_REASONS = frozenset({"Evicted", "NodeLost", "Preempting", "Shutdown", "Terminated", "NodeShutdown"})
+
+
+class PodFate(StrEnum):
+    LIVE = "Live"  # Pending or Running: the attempt is alive
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"  # the work failed (exit code != 0, deadline exceeded)
+    LOST = "Lost"  # evicted, node lost, deleted: the attempt is interrupted, not failed
+    GONE = "Gone"  # no such Pod
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    fate: PodFate
+    message: str
+    body: dict[str, Any] | None = None
+
+
+def fate_of(pod: dict[str, Any] | None) -> PodView:
+    """Classify a Pod (as a dict from the API) for the run state machine."""
+    if pod is None:
+        return PodView("", PodFate.GONE, "the Pod is gone")
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    name = str(meta.get("name", ""))
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+    if phase == "Succeeded":
+        return PodView(name, PodFate.SUCCEEDED, "the Pod succeeded", pod)
+    if phase == "Failed":
+        if reason in LOST_REASONS:
+            return PodView(name, PodFate.LOST, f"the Pod was lost ({reason}): {status.get('message', '')}".strip(), pod)
+        return PodView(name, PodFate.FAILED, _failure_message(status), pod)
+    if phase == "Unknown":
+        return PodView(name, PodFate.LOST, "the Pod's node stopped reporting (phase Unknown)", pod)
+    if meta.get("deletionTimestamp"):
+        return PodView(name, PodFate.LOST, "the Pod is being deleted", pod)
+    return PodView(name, PodFate.LIVE, f"the Pod is {phase}", pod)
+
+
+def _failure_message(status: dict[str, Any]) -> str:
+    if status.get("reason") == "DeadlineExceeded":
+        return "the Pod ran past its active deadline (timeout)"
+    for cs in status.get("containerStatuses") or []:
+        term = ((cs.get("state") or {}).get("terminated")) or {}
+        if term and term.get("exitCode", 0) != 0:
+            why = f" ({term['reason']})" if term.get("reason") else ""
+            return f"container {cs.get('name')} exited with code {term.get('exitCode')}{why}"
+    return f"the Pod failed{': ' + status['message'] if status.get('message') else ''}"
+
+
+def build_pod(
+    spec: JobSpec, *, run: str, pod: str, slot: int, attempt: int, instance: str, run_uid: str | None
+) -> dict[str, Any]:
+    """The Pod of one attempt, from the job's template; restartPolicy is always Never."""
+    template = copy.deepcopy(spec.template)
+    meta = dict(template.get("metadata") or {})
+    labels = dict(meta.get("labels") or {})
+    labels.update(
+        {
+            LABEL_JOB: spec.name,
+            LABEL_RUN: run,
+            LABEL_SLOT: str(slot),
+            LABEL_ATTEMPT: str(attempt),
+            "app.kubernetes.io/managed-by": "anarchon",
+        }
+    )
+    annotations = dict(meta.get("annotations") or {})
+    annotations[ANNOTATION_SCHEDULED_AT] = slot_time(slot)
+    annotations["anarchon.io/instance"] = instance
+    body_meta: dict[str, Any] = {"name": pod, "namespace": spec.namespace, "labels": labels, "annotations": annotations}
+    if run_uid:
+        body_meta["ownerReferences"] = [
+            {
+                "apiVersion": "anarchon.io/v1alpha1",
+                "kind": "AnarchonRun",
+                "name": run,
+                "uid": run_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    pod_spec = dict(template.get("spec") or {})
+    pod_spec["restartPolicy"] = "Never"
+    if spec.options.timeout_ms and "activeDeadlineSeconds" not in pod_spec:
+        pod_spec["activeDeadlineSeconds"] = max(1, -(-spec.options.timeout_ms // 1000))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": pod_spec}
+
+
+def _as_dict(kube: Kube, obj: object) -> dict[str, Any]:
+    """The API object as the camelCase dict the server sent, like kopf's bodies."""
+    return dict(kube.api.sanitize_for_serialization(obj))
+
+
+async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, Any]]:
+    """Every Pod of a run, oldest attempt first."""
+    listing = await kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}")
+    items = [_as_dict(kube, p) for p in listing.items]
+    items.sort(key=lambda p: int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
+    return items
+
+
+async def read_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return _as_dict(kube, await kube.core.read_namespaced_pod(name, namespace))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def create_pod(kube: Kube, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Create the Pod; ``(pod, created)``. AlreadyExists means it was launched before: not again."""
+    namespace = body["metadata"]["namespace"]
+    try:
+        created = await kube.core.create_namespaced_pod(namespace, body)  # type: ignore[arg-type]
+        return _as_dict(kube, created), True
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    existing = await read_pod(kube, namespace, body["metadata"]["name"])
+    return (existing or body), False
+
+
+async def delete_pod(kube: Kube, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
+    try:
+        if grace_seconds is None:
+            await kube.core.delete_namespaced_pod(name, namespace)
+        else:
+            await kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

@@ -1,0 +1,207 @@
+"""The engine handler of an AnarchonJob: one attempt of a run becomes (or adopts) one Pod.
+
+The engine keeps the lease while this handler says the attempt is alive; this handler says
+so only while the Pod is Pending or Running. Its rules:
+
+* Before launching a Pod or writing a final status it calls ``ctx.confirm()``: a runner
+  that was frozen past its lease learns there that it was fenced off, and does nothing.
+* A later attempt first looks for the run's Pods: a live one is adopted (never a second
+  Pod), a finished one gives the run its outcome, a lost one is deleted and replaced.
+* Pod Succeeded → run Succeeded; Failed (exit code ≠ 0, deadline) → run Failed, no retry;
+  lost (deleted, evicted, node lost) → attempt Interrupted, the next attempt relaunches.
+* On shutdown the Pod is left running and the run handed over; a backup adopts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from ..engine import RunContext, RunFailed, RunInterrupted
+from . import runs
+from .client import ApiException, Kube
+from .events import EventPoster
+from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod
+from .spec import JobSpec, pod_name, run_name
+
+log = logging.getLogger("anarchon.kube.runner")
+
+
+class PodRunner:
+    """Runs attempts of one AnarchonJob; the controller keeps ``spec`` current."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        events: EventPoster,
+        spec: Callable[[], JobSpec],
+        *,
+        on_change: Callable[[JobSpec], Awaitable[None]] | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.kube = kube
+        self.events = events
+        self.spec = spec
+        self.on_change = on_change
+        self.poll_s = poll_s
+
+    async def __call__(self, ctx: RunContext) -> None:
+        spec = self.spec()
+        trigger = "Schedule" if spec.schedule.next_after(ctx.slot - 1) == ctx.slot else "Manual"
+        run = await runs.ensure_run(self.kube, spec, ctx.slot, trigger)
+        name = run_name(spec.name, ctx.slot)
+        run_uid = str((run.get("metadata") or {}).get("uid") or "")
+        for old in ctx.replaced:
+            await self._replace(spec, old.slot, ctx.slot)
+        view = await self._adopt_or_launch(ctx, spec, name, run_uid)
+        if view is None:
+            return  # fenced before launching: touch nothing
+        await self._changed(spec)
+        try:
+            await self._follow(ctx, spec, name, view)
+        finally:
+            with contextlib.suppress(Exception):
+                await self._changed(spec)
+
+    async def _changed(self, spec: JobSpec) -> None:
+        if self.on_change is not None:
+            try:
+                await self.on_change(spec)
+            except Exception as exc:
+                log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
+
+    async def _adopt_or_launch(self, ctx: RunContext, spec: JobSpec, name: str, run_uid: str) -> PodView | None:
+        existing = [fate_of(p) for p in await pods_of_run(self.kube, spec.namespace, name)]
+        keep = next((v for v in reversed(existing) if v.fate is not PodFate.LOST), None)
+        if keep is not None:
+            if not await ctx.confirm():
+                return None
+            await runs.update_status(
+                self.kube,
+                spec.namespace,
+                name,
+                ctx.attempt,
+                lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=keep.name),
+            )
+            await self.events.post(
+                namespace=spec.namespace,
+                name=spec.name,
+                uid=spec.uid,
+                reason="Adopted",
+                message=f"run {name} attempt {ctx.attempt} on {ctx.instance} adopted Pod {keep.name} ({keep.message})",
+            )
+            return keep
+        if not await ctx.confirm():
+            return None
+        for lost in existing:
+            # A Pod on a lost node may still run: make sure it is gone before its successor starts.
+            await delete_pod(self.kube, spec.namespace, lost.name, grace_seconds=0)
+        pod = pod_name(name, ctx.attempt)
+        await runs.update_status(
+            self.kube,
+            spec.namespace,
+            name,
+            ctx.attempt,
+            lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod),
+        )
+        body = build_pod(
+            spec, run=name, pod=pod, slot=ctx.slot, attempt=ctx.attempt, instance=ctx.instance, run_uid=run_uid or None
+        )
+        created, new = await create_pod(self.kube, body)
+        await self.events.post(
+            namespace=spec.namespace,
+            name=spec.name,
+            uid=spec.uid,
+            reason="Launched" if new else "Adopted",
+            message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}"
+            + ("" if new else " already existed and was adopted"),
+        )
+        return fate_of(created)
+
+    async def _follow(self, ctx: RunContext, spec: JobSpec, name: str, view: PodView) -> None:
+        pod = view.name
+        while True:
+            if ctx.stop.is_set():
+                await self._stopped(ctx, spec, name, pod)
+                return
+            try:
+                view = fate_of(await read_pod(self.kube, spec.namespace, pod))
+            except ApiException as exc:
+                log.warning("reading Pod %s/%s failed: %s", spec.namespace, pod, exc.reason)
+                await self._wait(ctx)
+                continue
+            if view.fate is PodFate.LIVE:
+                ctx.set_alive(True)
+                await self._wait(ctx)
+                continue
+            if view.fate is PodFate.SUCCEEDED:
+                await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
+                return
+            if view.fate is PodFate.FAILED:
+                await self._end(ctx, spec, name, "Failed", view.message, final=True)
+                await self.events.post(
+                    namespace=spec.namespace,
+                    name=spec.name,
+                    uid=spec.uid,
+                    reason="RunFailed",
+                    warning=True,
+                    message=f"run {name}: {view.message}",
+                )
+                raise RunFailed(view.message)
+            # Lost or gone: this attempt is over, the next one relaunches.
+            ctx.set_alive(False)
+            if view.fate is PodFate.LOST:
+                await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
+            await self._end(ctx, spec, name, "Interrupted", f"Pod {pod}: {view.message}", final=False)
+            await self.events.post(
+                namespace=spec.namespace,
+                name=spec.name,
+                uid=spec.uid,
+                reason="PodLost",
+                warning=True,
+                message=f"run {name} attempt {ctx.attempt}: Pod {pod}: {view.message}; the next attempt relaunches it",
+            )
+            raise RunInterrupted(f"Pod {pod}: {view.message}")
+
+    async def _stopped(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
+        if ctx.stop_reason == "shutdown":
+            raise RunInterrupted(f"{ctx.instance} stopping: Pod {pod} left running for a backup to adopt")
+        if ctx.stop_reason == "timeout":
+            await delete_pod(self.kube, spec.namespace, pod)
+            await self._end(ctx, spec, name, "Failed", "timed out", final=True)
+            return
+        log.warning("%s attempt %d fenced (%s): leaving Pod %s alone", name, ctx.attempt, ctx.stop_reason, pod)
+
+    async def _end(self, ctx: RunContext, spec: JobSpec, name: str, outcome: str, message: str, *, final: bool) -> None:
+        if not await ctx.confirm():
+            return
+        await runs.update_status(
+            self.kube,
+            spec.namespace,
+            name,
+            ctx.attempt,
+            lambda s: runs.end_attempt(s, attempt=ctx.attempt, outcome=outcome, message=message, final=final),
+        )
+
+    async def _wait(self, ctx: RunContext) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.stop.wait(), self.poll_s)
+
+    async def _replace(self, spec: JobSpec, old_slot: int, new_slot: int) -> None:
+        """Overlap Replace: the older run's Pods go, its object says why."""
+        old = run_name(spec.name, old_slot)
+        for pod in await pods_of_run(self.kube, spec.namespace, old):
+            await delete_pod(self.kube, spec.namespace, pod["metadata"]["name"])
+        message = f"replaced by the run of {run_name(spec.name, new_slot)}"
+        await runs.update_status(
+            self.kube,
+            spec.namespace,
+            old,
+            10**6,
+            lambda s: {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()},
+        )
+        await self.events.post(
+            namespace=spec.namespace, name=spec.name, uid=spec.uid, reason="Replaced", message=f"run {old} {message}"
+        )

@@ -1,0 +1,146 @@
+"""AnarchonRun objects: one per run (job + slot), what ``kubectl get anarchonruns`` shows.
+
+The store decides who runs what; the AnarchonRun mirrors it for people. Its status is
+written with optimistic concurrency and an attempt guard: a write from attempt N is refused
+once attempt N+1 has written, so a runner that froze and woke up cannot overwrite the
+status of the attempt that replaced it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from .client import API_VERSION, GROUP, RUNS, VERSION, ApiException, Kube
+from .spec import LABEL_JOB, LABEL_SLOT, JobSpec, run_name, slot_time
+
+Status = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_body(spec: JobSpec, job_uid: str, slot: int, trigger: str) -> dict[str, Any]:
+    name = run_name(spec.name, slot)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AnarchonRun",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), "app.kubernetes.io/managed-by": "anarchon"},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "AnarchonJob",
+                    "name": spec.name,
+                    "uid": job_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"job": spec.name, "slot": slot, "slotTime": slot_time(slot), "trigger": trigger},
+    }
+
+
+async def ensure_run(kube: Kube, spec: JobSpec, slot: int, trigger: str) -> dict[str, Any]:
+    """Create the run's object, or return the existing one (every replica may try)."""
+    body = run_body(spec, spec.uid, slot, trigger)
+    try:
+        created = await kube.custom.create_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, body)
+        return dict(created)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return dict(
+        await kube.custom.get_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, body["metadata"]["name"])
+    )
+
+
+async def update_status(
+    kube: Kube, namespace: str, name: str, attempt: int, change: Callable[[Status], Status | None]
+) -> bool:
+    """Apply ``change`` to the run's status unless a later attempt owns it; True if written."""
+    for _ in range(10):
+        try:
+            body = dict(await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        status: Status = copy.deepcopy(body.get("status") or {})
+        if int(status.get("attempt") or 0) > attempt:
+            return False  # fenced: a later attempt has taken over this run
+        new = change(status)
+        if new is None:
+            return True
+        body["status"] = new
+        try:
+            await kube.custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, RUNS, name, body)
+            return True
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    return False
+
+
+def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> Status:
+    now = now_rfc3339()
+    attempts = [a for a in status.get("attempts") or [] if int(a.get("attempt", 0)) != attempt]
+    for previous in attempts:
+        if not previous.get("outcome") or previous.get("outcome") == "Running":
+            previous["outcome"] = "Interrupted"
+            previous.setdefault("finishTime", now)
+    attempts.append({"attempt": attempt, "instance": instance, "podName": pod, "outcome": "Running", "startTime": now})
+    status.update(phase="Running", attempt=attempt, instance=instance, podName=pod, attempts=attempts, message="")
+    status.setdefault("startTime", now)
+    return status
+
+
+def end_attempt(status: Status, *, attempt: int, outcome: str, message: str, final: bool) -> Status:
+    now = now_rfc3339()
+    for entry in status.get("attempts") or []:
+        if int(entry.get("attempt", 0)) == attempt:
+            entry.update(outcome=outcome, finishTime=now, message=message)
+    status["message"] = message
+    if final:
+        status["phase"] = outcome
+        status["finishTime"] = now
+    else:
+        status["phase"] = "Interrupted"
+    return status
+
+
+async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str) -> None:
+    """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran."""
+    body = await ensure_run(kube, spec, slot, "Schedule")
+    await update_status(
+        kube,
+        spec.namespace,
+        body["metadata"]["name"],
+        0,
+        lambda s: None if s.get("phase") else {**s, "phase": "Skipped", "message": reason, "attempt": 0},
+    )
+
+
+async def list_runs(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:
+    listing = await kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, RUNS, label_selector=f"{LABEL_JOB}={job}"
+    )
+    items = list(listing.get("items") or [])
+    items.sort(key=lambda r: int((r.get("spec") or {}).get("slot") or 0))
+    return items
+
+
+async def delete_run(kube: Kube, namespace: str, name: str) -> None:
+    try:
+        await kube.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, RUNS, name, propagation_policy="Background"
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
