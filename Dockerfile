@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+#
+# The Anarchon operator image.
+#
+#   docker build -t anarchon:dev .
+#   docker run --rm anarchon:dev --help
+#
+# Two stages: the builder turns the repository into a wheel; the final stage installs that wheel with
+# its [operator] extras into a virtualenv, without build tools, caches or the source tree.
+# Expected size: about 230 MB uncompressed, about 80 MB compressed (python:3.11-slim is ~130 MB of it;
+# kubernetes_asyncio, psycopg[binary] and aiohttp are most of the rest).
+#
+# Runs as uid/gid 10001 with a read-only root filesystem: the only writable paths are /tmp and
+# /var/lib/anarchon (the default SQLite store), which the Helm chart mounts as volumes.
+
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+FROM python:${PYTHON_VERSION}-slim
+LABEL org.opencontainers.image.title="anarchon" \
+      org.opencontainers.image.description="Kubernetes operator for scheduled workloads: all-active replicas, one winner per slot, leases, takeover, fencing" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/anarchon \
+    PATH=/opt/anarchon/bin:$PATH
+# The wheel comes in through a bind mount, so it is not left in a layer. The bytecode is compiled at
+# build time (nothing is written at run time), then pip itself is removed from the venv.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    python -m venv /opt/anarchon \
+ && /opt/anarchon/bin/pip install --no-compile "$(ls /wheels/anarchon-*.whl)[operator]" \
+ && /opt/anarchon/bin/python -m compileall -q -j 0 /opt/anarchon/lib \
+ && /opt/anarchon/bin/pip uninstall -y pip \
+ && groupadd --system --gid 10001 anarchon \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/anarchon \
+        --shell /usr/sbin/nologin anarchon \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/anarchon
+USER 10001:10001
+WORKDIR /var/lib/anarchon
+VOLUME ["/tmp", "/var/lib/anarchon"]
+EXPOSE 8080 8081
+ENTRYPOINT ["anarchon"]
+CMD ["operator"]
