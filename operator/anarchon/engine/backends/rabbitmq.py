@@ -54,9 +54,12 @@ protection, catch-up or hand-over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
+import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ..backend import Backend, Capabilities, ClaimRequest
 from ..errors import ConfigError, StoreError
@@ -67,6 +70,18 @@ if TYPE_CHECKING:
 
 DEFAULT_EXPIRES_MS = 3600 * 1000
 _MAX_QUEUE_NAME = 255
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+def _redact(url: str) -> str:
+    """The URL without password or query, for error messages."""
+    try:
+        parts = urlsplit(url)
+        host = f"{parts.hostname or ''}" + (f":{parts.port}" if parts.port is not None else "")
+        user = f"{parts.username}@" if parts.username else ""
+        return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
+    except ValueError:
+        return "<unparsable URL>"
 
 
 def _won(request: ClaimRequest) -> ClaimResult:
@@ -99,6 +114,8 @@ class RabbitMQBackend(Backend):
         timeout_s: float = 30.0,
         **connect_options: Any,
     ) -> None:
+        if not _QUEUE_NAME.match(queue_prefix) or len(queue_prefix) > 100:
+            raise ConfigError(f"rabbitmq: queue_prefix {queue_prefix!r} must be up to 100 of [A-Za-z0-9_.:-]")
         if expires_ms < 1000:
             raise ConfigError(f"rabbitmq: expires_ms must be at least 1000, got {expires_ms}")
         self.url = url
@@ -127,9 +144,14 @@ class RabbitMQBackend(Backend):
             )
 
     def queue_name(self, job: str, slot: int) -> str:
-        """The claim queue of a run; the job is hashed when the name would be too long."""
+        """The claim queue of a run: ``<prefix>.<job>.<slot>``, readable in ``rabbitmqctl list_queues``.
+
+        AMQP 0-9-1 allows only ``[A-Za-z0-9_.:-]`` and 255 bytes in queue names; other jobs
+        are named by a hash (``h<sha256>``). The slot is the last dot-separated part and has
+        no dot, so two different runs never share a queue.
+        """
         name = f"{self.queue_prefix}.{job}.{slot}"
-        if len(name.encode()) <= _MAX_QUEUE_NAME:
+        if _QUEUE_NAME.match(name) and len(name) <= _MAX_QUEUE_NAME:
             return name
         return f"{self.queue_prefix}.h{hashlib.sha256(job.encode()).hexdigest()}.{slot}"
 
@@ -149,17 +171,28 @@ class RabbitMQBackend(Backend):
             if self._channel is not None and not self._channel.is_closed:
                 return self._channel
             try:
-                if self._connection is None or self._connection.is_closed:
-                    self._connection = await aio_pika.connect(self.url, timeout=self.timeout_s, **self._connect_options)
+                if self._connection is not None and not self._connection.is_closed:
+                    try:
+                        self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+                        return self._channel
+                    except (AMQPError, RuntimeError):  # the connection died under us: start afresh
+                        await self._drop()
+                self._connection = await aio_pika.connect(self.url, timeout=self.timeout_s, **self._connect_options)
                 self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-            except (TimeoutError, AMQPError, OSError) as exc:
-                raise StoreError(f"rabbitmq: cannot connect to {self.url}: {exc}") from exc
+            except (AMQPError, OSError, RuntimeError, TimeoutError) as exc:
+                await self._drop()
+                raise StoreError(f"rabbitmq: cannot connect to {_redact(self.url)}: {exc}") from exc
             return self._channel
 
-    async def close(self) -> None:
+    async def _drop(self) -> None:
+        """Forget the connection (closing it if it still can be), so the next claim reconnects."""
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and not connection.is_closed:
-            await connection.close()
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    async def close(self) -> None:
+        await self._drop()
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         import aio_pika
@@ -187,7 +220,7 @@ class RabbitMQBackend(Backend):
                 body,
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                 content_type="application/json",
-                message_id=f"{request.job}:{request.slot}",
+                message_id=name,
             )
             await channel.default_exchange.publish(message, routing_key=name, mandatory=True, timeout=self.timeout_s)
         except PublishError as exc:  # returned unroutable: the queue vanished between declare and publish
@@ -201,6 +234,10 @@ class RabbitMQBackend(Backend):
                 f"rabbitmq: claim queue {name} exists with other arguments ({exc}); every instance must use"
                 " the same expires_ms and no policy may change these queues"
             ) from exc
-        except (TimeoutError, AMQPError, OSError) as exc:
+        except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+            # A broken connection (OSError, or RuntimeError "closed" from aiormq) is dropped so
+            # that the next claim reconnects; the outcome of this one is unknown.
+            if isinstance(exc, OSError | RuntimeError) or self._channel is None or self._channel.is_closed:
+                await self._drop()
             raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} failed: {exc}") from exc
         return _won(request)

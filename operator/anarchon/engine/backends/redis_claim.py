@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 from ..backend import Backend, Capabilities, ClaimRequest
 from ..errors import ConfigError, StoreError
@@ -95,6 +96,17 @@ for i = 1, #fields, 2 do
 end
 return false
 """
+
+
+def _redact(url: str) -> str:
+    """The URL without password or query, for error messages."""
+    try:
+        parts = urlsplit(url)
+        host = f"{parts.hostname or ''}" + (f":{parts.port}" if parts.port is not None else "")
+        user = f"{parts.username}@" if parts.username else ""
+        return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
+    except ValueError:
+        return "<unparsable URL>"
 
 
 def _won(request: ClaimRequest) -> ClaimResult:
@@ -147,12 +159,25 @@ class _RedisClaimBackend(Backend):
     capabilities: ClassVar[Capabilities]
     scheme: ClassVar[str]
 
-    def __init__(self, url: str, *, ttl_ms: int = DEFAULT_TTL_MS, prefix: str = "anarchon", **client: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        prefix: str = "anarchon",
+        max_connections: int = 16,
+        timeout_s: float = 5.0,
+        **client: Any,
+    ) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ConfigError(f"{self.scheme}: prefix {prefix!r}: braces are reserved for the job's hash tag")
         if ttl_ms <= 0:
             raise ConfigError(f"ttl_ms must be positive, got {ttl_ms}")
         self.url = url
         self.ttl_ms = int(ttl_ms)
         self.prefix = prefix
+        self.max_connections = max_connections
+        self.timeout_s = timeout_s
         self._client_options = client
         self._redis: Redis | None = None
         self._script: AsyncScript | None = None
@@ -187,17 +212,26 @@ class _RedisClaimBackend(Backend):
     async def setup(self) -> None:
         if self._redis is not None:
             return
-        from redis.asyncio import Redis
+        from redis.asyncio import BlockingConnectionPool, Redis
         from redis.exceptions import RedisError
 
         plain = _plain_url(self.url)
-        self._redis = Redis.from_url(plain, **self._client_options)
+        # A blocking pool: a burst of claims waits for a free connection instead of failing.
+        pool = BlockingConnectionPool.from_url(
+            plain,
+            max_connections=self.max_connections,
+            timeout=self.timeout_s,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.timeout_s,
+            **self._client_options,
+        )
+        self._redis = Redis.from_pool(pool)
         try:
             await self._redis.ping()
             await self._check_server()
         except RedisError as exc:
             await self.close()
-            raise StoreError(f"{self.scheme}: cannot reach Redis at {plain}: {exc}") from exc
+            raise StoreError(f"{self.scheme}: cannot reach Redis at {_redact(plain)}: {exc}") from exc
         except BaseException:
             await self.close()
             raise
@@ -291,7 +325,7 @@ class RedisIdmpBackend(_RedisClaimBackend):
             raise ConfigError(f"redis+idmp: ttl_ms must be between 1000 and {IDMP_MAX_DURATION_MS}, got {ttl_ms}")
 
     async def _check_server(self) -> None:
-        docs = await self.redis.execute_command("COMMAND DOCS", "XADD")
+        docs = await self.redis.execute_command("COMMAND DOCS", "XADD")  # type: ignore[no-untyped-call]
         if not _mentions(docs, "IDMP"):
             info = await self.redis.info("server")
             version = info.get("valkey_version") or info.get("redis_version", "?")
