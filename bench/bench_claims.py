@@ -146,7 +146,12 @@ class Claimer:
                 self.finish_timings.samples.append(elapsed)
 
 
-async def measure_throughput(case: BenchCase, result: Result, n: int, block: int, warmup: int) -> None:
+async def measure_throughput(case: BenchCase, result: Result, n: int, block: int, warmup: int, budget_s: float) -> None:
+    """Up to ``n`` timed operations of each kind, stopping early after ``budget_s`` seconds.
+
+    The budget keeps the default run short on a slow store or a busy machine; the blocks are
+    whole, so every kind still gets the same number of operations.
+    """
     raw_t = result.timings.setdefault("raw", Timings())
     finish_t = Timings()
     counter = iter(range(1 << 62))
@@ -173,7 +178,8 @@ async def measure_throughput(case: BenchCase, result: Result, n: int, block: int
     rng = random.Random(0)
     order = list(kinds.values())
     done = 0
-    while done < n:
+    deadline = time.monotonic() + budget_s
+    while done < n and time.monotonic() < deadline:
         size = min(block, n - done)
         rng.shuffle(order)
         for op in order:
@@ -219,8 +225,12 @@ async def bench_one(name: str, args: argparse.Namespace) -> Result:
             result.raw_label = case.raw_label
             result.target_ratio = case.target_ratio
             result.target_p99_ms = case.target_p99_ms
-            print(f"[{name}] throughput: {args.n} ops of each kind ...", file=sys.stderr, flush=True)
-            await measure_throughput(case, result, args.n, args.block, args.warmup)
+            print(
+                f"[{name}] throughput: {args.n} ops of each kind (at most {args.budget:g} s) ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            await measure_throughput(case, result, args.n, args.block, args.warmup, args.budget)
             print(
                 f"[{name}] slot→claim delay: {args.slots} slots of every {args.period} ...",
                 file=sys.stderr,
@@ -243,7 +253,7 @@ def _mark(ok: bool | None) -> str:
 def report(results: list[Result]) -> str:
     lines = []
     header = (
-        f"{'backend':<10} {'raw op':<18} {'raw/s':>8} {'Allow/s':>8} {'ratio':>9} {'Skip/s':>8} {'ratio':>9}"
+        f"{'backend':<10} {'n':>6} {'raw op':<18} {'raw/s':>8} {'Allow/s':>8} {'ratio':>9} {'Skip/s':>8} {'ratio':>9}"
         f" {'finish/s':>8}   {'claim p50/p99 µs':>16}   {'delay p50/p99/max ms':>21} {'wake p99':>8}"
     )
     lines.append(header)
@@ -266,7 +276,8 @@ def report(results: list[Result]) -> str:
             f"/{_fmt(max(r.delays_ms, default=float('nan')), '.2f')}"
         )
         lines.append(
-            f"{r.name:<10} {r.raw_label:<18} {_fmt(t['raw'].ops_per_s):>8} {_fmt(allow.ops_per_s):>8}"
+            f"{r.name:<10} {len(t['raw'].samples):>6} {r.raw_label:<18}"
+            f" {_fmt(t['raw'].ops_per_s):>8} {_fmt(allow.ops_per_s):>8}"
             f" {_fmt(ratio_a, '.2f') + _mark(ratio_ok):>9} {_fmt(skip.ops_per_s):>8}"
             f" {_fmt(ratio_s, '.2f') + _mark(ratio_ok):>9}"
             f" {_fmt(t.get('finish', Timings()).ops_per_s):>8}   {claim_lat:>16}"
@@ -315,6 +326,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated cases from bench/cases/ (default: all of {', '.join(available)})",
     )
     parser.add_argument("--n", type=int, default=5000, help="timed operations of each kind (default 5000)")
+    parser.add_argument(
+        "--budget", type=float, default=20.0, help="seconds of throughput measurement per backend at most (default 20)"
+    )
     parser.add_argument("--block", type=int, default=100, help="operations per block between kinds (default 100)")
     parser.add_argument("--warmup", type=int, default=200, help="untimed operations of each kind first")
     parser.add_argument("--slots", type=int, default=300, help="slots measured for the delay (default 300)")
