@@ -233,6 +233,45 @@ async def test_frozen_store_times_out_as_store_error(own_server: RedisServer, pr
         assert (await b.claim(req("j", 2))).won
 
 
+async def test_a_cancelled_call_never_leaves_its_reply_for_the_next(own_server: RedisServer, prefix: str) -> None:
+    """A claim cancelled mid-flight (say by a timeout around it) must not desynchronise the
+    connection: its late reply must never be read as the answer to a later command."""
+    async with RedisBackend(own_server.url, prefix=prefix) as b:
+        assert isinstance(b, RedisBackend)
+        assert (await b.claim(req("j", 1, token="t1"))).won
+        own_server.pause()
+        try:
+            pending = asyncio.create_task(b.claim(req("j", 2, token="t2")))
+            await asyncio.sleep(0.2)
+            pending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await pending
+        finally:
+            own_server.resume()
+        for _ in range(5):
+            one = await b.get_run("j", 1)
+            assert one is not None and one.slot == 1 and one.token == "t1"
+            assert await b.last_slot("j") in (1, 2)
+        assert (await b.claim(req("j", 3, token="t3"))).won
+
+
+async def test_takeover_at_exactly_the_end_of_the_lease(backend: RedisBackend) -> None:
+    """``lease_until <= now`` is expired, as in Run.lease_expired."""
+    await backend.claim(req("j", 1, token="t1"))
+    early = await backend.takeover(TakeoverRequest("j", 1, "b", "t2", NOW + LEASE - 1, LEASE, 3))
+    assert early.outcome is ClaimOutcome.TAKEN and early.run is not None and early.run.token == "t1"
+    exact = await backend.takeover(TakeoverRequest("j", 1, "b", "t2", NOW + LEASE, LEASE, 3))
+    assert exact.won and exact.run is not None and exact.run.attempt == 2
+
+
+async def test_heartbeat_never_shortens_the_lease(backend: RedisBackend) -> None:
+    await backend.claim(req("j", 1, token="t1"))
+    assert await backend.heartbeat("j", 1, "t1", NOW + 10, LEASE // 4)
+    run = await backend.get_run("j", 1)
+    assert run is not None and run.lease_until_ms == NOW + LEASE and run.state is RunState.RUNNING
+    assert run.updated_ms == NOW + 10
+
+
 async def test_error_messages_do_not_show_the_password(prefix: str) -> None:
     from tests.servers.redis import free_port
 
