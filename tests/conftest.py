@@ -15,3 +15,6 @@ for _name, _fixture in (
 ):
     if importlib.util.find_spec(f"tests.servers.{_name}") is not None:
         globals()[_fixture] = getattr(importlib.import_module(f"tests.servers.{_name}"), _fixture)
+
+# The control plane (etcd, kube-apiserver, KWOK...) is one per session for every test dir.
+from tests.k8s.conftest import control_plane, namespace  # noqa: E402, F401

@@ -1,0 +1,210 @@
+"""Operator tests: real control plane (apiserver + KWOK), real stores, replicas as OS processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Cluster:
+    """kubectl against the test control plane, returning parsed JSON."""
+
+    def __init__(self, cp: Any, ns: str) -> None:
+        self.cp = cp
+        self.namespace = ns
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.cp.kubeconfig), "-n", self.namespace, *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            input=stdin,
+            timeout=60,
+        )
+
+    def apply(self, manifest: dict[str, Any] | str) -> None:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        self.kubectl("apply", "-f", "-", stdin=text)
+
+    def get(self, kind: str, name: str | None = None, selector: str | None = None) -> Any:
+        args = ["get", kind, "-o", "json"]
+        if name:
+            args.insert(2, name)
+        if selector:
+            args += ["-l", selector]
+        out = self.kubectl(*args, check=False)
+        if out.returncode != 0:
+            if "NotFound" in out.stderr:
+                return None
+            raise AssertionError(out.stderr)
+        return json.loads(out.stdout)
+
+    def runs(self, job: str) -> list[dict[str, Any]]:
+        items = self.get("anarchonruns", selector=f"anarchon.io/job={job}")["items"]
+        return sorted(items, key=lambda r: int(r["spec"]["slot"]))
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        return list(self.get("pods", selector=selector)["items"])
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        items = self.get("events")["items"]
+        return [e for e in items if reason is None or e.get("reason") == reason]
+
+    def wait(self, predicate: Callable[[], Any], timeout: float = 90, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(0.5)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+class Replicas:
+    """Operator replicas as separate processes, each with its own log file."""
+
+    def __init__(self, cp: Any, ns: str, store: str, log_dir: Path) -> None:
+        self.cp = cp
+        self.namespace = ns
+        self.store = store
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}", "ANARCHON_LOG_LEVEL": "INFO"}
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "anarchon",
+                "operator",
+                "--store",
+                self.store,
+                "--kubeconfig",
+                str(self.cp.kubeconfig),
+                "-n",
+                self.namespace,
+                "--instance-id",
+                name,
+                "--metrics-port",
+                "0",
+                "--health-port",
+                "0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        os.kill(proc.pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            proc.wait(timeout=30)
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.terminate()
+                    proc.wait(timeout=20)
+                except (subprocess.TimeoutExpired, ProcessLookupError):
+                    proc.kill()
+
+
+@pytest.fixture(scope="session")
+def crds(control_plane: Any) -> None:
+    subprocess.run(
+        ["kubectl", "--kubeconfig", str(control_plane.kubeconfig), "apply", "-f", str(REPO / "crds")],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    for crd in ("anarchonjobs.anarchon.io", "anarchonruns.anarchon.io"):
+        subprocess.run(
+            [
+                "kubectl",
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+                "wait",
+                "--for=condition=Established",
+                f"crd/{crd}",
+                "--timeout=60s",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
+
+
+@pytest.fixture
+def cluster(control_plane: Any, namespace: str, crds: None) -> Cluster:
+    return Cluster(control_plane, namespace)
+
+
+@pytest.fixture
+def replicas_factory(
+    control_plane: Any,
+    namespace: str,
+    crds: None,
+    tmp_path: Path,
+) -> Iterator[Callable[[str], Replicas]]:
+    made: list[Replicas] = []
+
+    def make(store: str) -> Replicas:
+        r = Replicas(control_plane, namespace, store, tmp_path)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.stop_all()
+
+
+def job_manifest(
+    name: str,
+    *,
+    every: str | None = "2s",
+    cron: str | None = None,
+    tz: str | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "jitter": "300ms",
+        "heartbeat": "1s",
+        "lease": "4s",
+        "template": {
+            "metadata": {"annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
+        },
+    }
+    if cron:
+        body["cron"] = cron
+        if tz:
+            body["timeZone"] = tz
+    else:
+        body["every"] = every
+    body.update(spec)
+    return {"apiVersion": "anarchon.io/v1alpha1", "kind": "AnarchonJob", "metadata": {"name": name}, "spec": body}
