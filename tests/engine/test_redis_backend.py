@@ -8,6 +8,7 @@ the same random sequences of operations against Redis and against SQLite (which 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 import uuid
@@ -467,3 +468,20 @@ async def test_same_answers_as_sqlite_reference(backend: RedisBackend, tmp_path:
         "pruned",
     ):
         assert seen[path] > 0, (path, seen)
+
+
+@pytest.mark.parametrize("instance", ["host:1", 'quote"back\\slash', "é/ü\n\t", ""])
+def test_first_attempt_json_is_to_json(instance: str) -> None:
+    from anarchon.engine.backends.redis import _first_attempt_json
+    from anarchon.engine.model import Attempt
+
+    attempt = Attempt(1, instance, "0123456789ab", NOW)
+    assert json.loads(_first_attempt_json(attempt)) == [attempt.to_json()]
+
+
+async def test_awkward_instance_names_round_trip(backend: RedisBackend) -> None:
+    instance = 'pod "a"/é\n'
+    won = await backend.claim(req("j", 1, instance=instance, token="t1"))
+    assert won.won
+    stored = await backend.get_run("j", 1)
+    assert stored == won.run and stored is not None and stored.attempts[0].instance == instance
