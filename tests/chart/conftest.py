@@ -1,0 +1,70 @@
+"""Fixtures for the chart, examples and RBAC tests.
+
+They share the real test control plane of ``tests/k8s`` (see e2e/controlplane/README.md): the
+``control_plane`` and ``namespace`` fixtures are re-exported from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controlplane import ControlPlane
+
+from tests.chart.chartlib import CRDS, kubeconform_schemas
+from tests.k8s.conftest import control_plane, namespace  # noqa: F401  (fixtures re-exported)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+#: Kinds whose OpenAPI schema must be published before the kubeconform schemas are written.
+_CUSTOM_KINDS = {
+    ("anarchon.io", "AnarchonJob"),
+    ("anarchon.io", "AnarchonRun"),
+    ("monitoring.coreos.com", "ServiceMonitor"),
+}
+
+
+@pytest.fixture(scope="session")
+def crds_installed(control_plane: ControlPlane) -> ControlPlane:  # noqa: F811
+    """The project's CRDs (from crds/, the one source of truth) and a ServiceMonitor stand-in, Established."""
+    control_plane.kubectl("apply", "--server-side", "-f", str(CRDS), "-f", str(FIXTURES / "servicemonitor-crd.yaml"))
+    control_plane.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/anarchonjobs.anarchon.io",
+        "crd/anarchonruns.anarchon.io",
+        "crd/servicemonitors.monitoring.coreos.com",
+    )
+    return control_plane
+
+
+@pytest.fixture(scope="session")
+def schema_dir(crds_installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kubeconform schemas made from the test API server's OpenAPI v2 document, CRDs included."""
+    deadline = time.monotonic() + 60
+    while True:
+        doc: dict[str, Any] = crds_installed.api("GET", "/openapi/v2")
+        kinds = {
+            (g.get("group", ""), g["kind"])
+            for d in doc["definitions"].values()
+            for g in d.get("x-kubernetes-group-version-kind", [])
+        }
+        if kinds >= _CUSTOM_KINDS:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"CRD schemas not published in /openapi/v2 after 60s: missing {_CUSTOM_KINDS - kinds}")
+        time.sleep(0.5)
+    dest = tmp_path_factory.mktemp("kubeconform-schemas")
+    written = kubeconform_schemas(doc, dest)
+    assert "deployment-apps-v1.json" in written and "anarchonjob-anarchon-v1alpha1.json" in written
+    return dest
+
+
+@pytest.fixture
+def cluster(crds_installed: ControlPlane) -> Iterator[ControlPlane]:
+    """The control plane with the CRDs installed (a shorter name for tests)."""
+    yield crds_installed

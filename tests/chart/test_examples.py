@@ -1,0 +1,67 @@
+"""examples/: each example is a valid AnarchonJob for the API server (CRD schema and CEL rules), and
+the four promised scenarios are there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controlplane import ControlPlane
+from tests.chart.chartlib import EXAMPLES
+
+EXPECTED = ["cron-timezone.yaml", "every-10s.yaml", "forbid-overlap.yaml", "long-takeover.yaml"]
+FILES = sorted(EXAMPLES.glob("*.yaml"))
+
+
+def test_the_promised_examples_exist() -> None:
+    assert sorted(p.name for p in FILES) >= EXPECTED
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_example_shape(path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert len(docs) == 1
+    job = docs[0]
+    assert job["apiVersion"] == "anarchon.io/v1alpha1" and job["kind"] == "AnarchonJob"
+    assert "namespace" not in job["metadata"], "examples apply to the namespace given with kubectl -n"
+    assert len(job["metadata"]["name"]) <= 40
+    assert path.read_text().startswith("#"), "each example starts with a comment saying what it shows"
+
+
+def test_examples_show_their_scenarios() -> None:
+    def spec(name: str) -> dict[str, object]:
+        return dict(yaml.safe_load((EXAMPLES / name).read_text())["spec"])
+
+    assert spec("every-10s.yaml")["every"] == "10s"
+    cron = spec("cron-timezone.yaml")
+    assert "cron" in cron and cron["timeZone"] not in (None, "UTC")
+    assert spec("forbid-overlap.yaml")["overlap"] == "Skip"
+    long = spec("long-takeover.yaml")
+    assert {"heartbeat", "lease", "maxAttempts"} <= long.keys()
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_example_is_accepted_by_the_api_server(path: Path, cluster: ControlPlane, namespace: str) -> None:
+    res = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+    assert "(server dry run)" in res.stdout
+    # Really create it, and read it back with the CRD's defaults applied.
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    name = yaml.safe_load(path.read_text())["metadata"]["name"]
+    stored = json.loads(cluster.kubectl("get", "anarchonjob", name, "-n", namespace, "-o", "json").stdout)
+    assert stored["spec"]["timeZone"]  # defaulted (UTC) or given
+    assert stored["spec"]["maxAttempts"] >= 1
+    cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)
+
+
+def test_a_broken_example_is_refused(cluster: ControlPlane, namespace: str) -> None:
+    """The check above can fail: both every and cron set is refused by the CRD's CEL rule."""
+    job = yaml.safe_load((EXAMPLES / "every-10s.yaml").read_text())
+    job["spec"]["cron"] = "* * * * *"
+    res = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(job), check=False
+    )
+    assert res.returncode != 0
+    assert "exactly one of spec.every and spec.cron" in res.stderr, res.stderr
