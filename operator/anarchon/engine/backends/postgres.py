@@ -51,9 +51,10 @@ from ..model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
-# Identifiers are derived from the table name by suffixes (``_claim``, ``_close_attempt``...),
+# Identifiers are derived from the table name by suffixes (``_takeover_v1``, ``_schedules``...),
 # and PostgreSQL truncates identifiers at 63 bytes, so the name leaves room for the longest.
 _TABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+_FUNCTIONS_VERSION = "v1"
 
 _COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
 
@@ -277,9 +278,12 @@ class PostgresBackend(LeaseBackend):
             "runs": ident(table),
             "schedules": ident(schedules),
             "active_index": ident(f"{table}_active"),
-            "close_fn": ident(f"{table}_close_attempt"),
-            "claim_fn": ident(f"{table}_claim"),
-            "takeover_fn": ident(f"{table}_takeover"),
+            # Versioned, so that during a rolling upgrade old and new instances can call
+            # each their own functions on the same table (CREATE OR REPLACE cannot change
+            # a signature, and must not change the semantics under the old instances).
+            "close_fn": ident(f"{table}_close_{_FUNCTIONS_VERSION}"),
+            "claim_fn": ident(f"{table}_claim_{_FUNCTIONS_VERSION}"),
+            "takeover_fn": ident(f"{table}_takeover_{_FUNCTIONS_VERSION}"),
             "lock_prefix": sql.Literal(f"{table}:"),
         }
 
