@@ -227,18 +227,20 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
-        """Stop every component (SIGTERM to its process group, SIGKILL after 10 s) and remove a temp run dir."""
+        """Stop every component, newest first (etcd last, so the API server shuts down cleanly).
+
+        Each gets SIGTERM to its process group and SIGKILL after 10 s. A temp run dir is removed.
+        """
         for comp in reversed(self.components):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(comp.proc.pid, signal.SIGTERM)
-        for comp in reversed(self.components):
-            try:
-                comp.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(comp.proc.pid, signal.SIGKILL)
-                comp.proc.wait(timeout=10)
-            # Children of the component (none expected) share its group; make sure none survive.
+                    os.killpg(comp.proc.pid, sig)
+                try:
+                    comp.proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            # Anything the component started shares its group; make sure nothing survives it.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(comp.proc.pid, signal.SIGKILL)
         self.components.clear()
@@ -397,8 +399,9 @@ class ControlPlane:
             "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "7", "-out", str(pki / "apiserver.crt"),
             "-extfile", str(ext),
         )  # fmt: skip
-        self._openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
-        self._openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+        # ECDSA (ES256) keys: RSA key generation takes seconds on a busy 2-core machine.
+        self._openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(pki / "sa.key"))
+        self._openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
         # Static tokens: token,user,uid,"group1,group2". Components run as system:masters
         # (a test harness needs no per-controller least privilege; it removes a failure mode).
         self._component_tokens = {
