@@ -49,7 +49,7 @@ def main() -> None:
         if args.mode == "dup":
             scheduler.every(args.job, args.every, quick, jitter="10ms", overlap="Allow", heartbeat="1s")
         else:
-            scheduler.every(args.job, "30s", long, jitter="200ms", heartbeat="500ms", lease="2s", max_attempts=5)
+            scheduler.every(args.job, "3s", long, jitter="200ms", heartbeat="500ms", lease="2s", max_attempts=5)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
