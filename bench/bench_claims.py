@@ -19,7 +19,8 @@ Two measurements per backend, each case (``bench/cases/<name>.py``) on its own s
 
 2. Slot→claim delay: a real ``every(period)`` loop on the system clock, jitter 0: sleep until
    the slot, claim it, and record (time the claim returned) - slot. It is the sum of the
-   wake-up lateness of the event loop (shown as ``wake``) and the claim's round trip.
+   wake-up lateness of the event loop (shown as ``wake``) and the claim's round trip (shown
+   as ``rt``, per slot: delay - wake), so a busy machine can be told from a slow store.
 """
 
 from __future__ import annotations
@@ -106,12 +107,25 @@ class Result:
     target_p99_ms: float | None = None
     unavailable: str | None = None
 
+    @property
+    def round_trips_ms(self) -> list[float]:
+        """Per slot, the part of the delay spent in the claim: delay - wake-up lateness."""
+        return [d - w for d, w in zip(self.delays_ms, self.wakes_ms, strict=True)]
+
     def ratio(self, kind: str) -> float:
         raw = self.timings.get("raw")
         claim = self.timings.get(kind)
         if raw is None or claim is None:
             return float("nan")
         return claim.ops_per_s / raw.ops_per_s
+
+    def median_ratio(self, kind: str) -> float:
+        """raw p50 ÷ claim p50: the same ratio from typical calls, blind to stalls of the machine."""
+        raw = self.timings.get("raw")
+        claim = self.timings.get(kind)
+        if raw is None or claim is None or not claim.samples:
+            return float("nan")
+        return percentile(raw.samples, 0.5) / percentile(claim.samples, 0.5)
 
 
 class Claimer:
@@ -254,7 +268,9 @@ def report(results: list[Result]) -> str:
     lines = []
     header = (
         f"{'backend':<10} {'n':>6} {'raw op':<18} {'raw/s':>8} {'Allow/s':>8} {'ratio':>9} {'Skip/s':>8} {'ratio':>9}"
-        f" {'finish/s':>8}   {'claim p50/p99 µs':>16}   {'delay p50/p99/max ms':>21} {'wake p99':>8}"
+        f" {'p50 ratio A/S':>13}"
+        f" {'finish/s':>8}   {'claim p50/p99 µs':>16}   {'delay p50/p99/max ms':>21} {'wake p50/p99':>12}"
+        f" {'rt p99':>6}"
     )
     lines.append(header)
     lines.append("-" * len(header))
@@ -280,8 +296,11 @@ def report(results: list[Result]) -> str:
             f" {_fmt(t['raw'].ops_per_s):>8} {_fmt(allow.ops_per_s):>8}"
             f" {_fmt(ratio_a, '.2f') + _mark(ratio_ok):>9} {_fmt(skip.ops_per_s):>8}"
             f" {_fmt(ratio_s, '.2f') + _mark(ratio_ok):>9}"
+            f" {_fmt(r.median_ratio('claim Allow'), '.2f') + '/' + _fmt(r.median_ratio('claim Skip'), '.2f'):>13}"
             f" {_fmt(t.get('finish', Timings()).ops_per_s):>8}   {claim_lat:>16}"
-            f"   {delays + _mark(delay_ok):>21} {_fmt(percentile(r.wakes_ms, 0.99), '.2f'):>8}"
+            f"   {delays + _mark(delay_ok):>21}"
+            f" {_fmt(percentile(r.wakes_ms, 0.5), '.2f') + '/' + _fmt(percentile(r.wakes_ms, 0.99), '.2f'):>12}"
+            f" {_fmt(percentile(r.round_trips_ms, 0.99), '.2f'):>6}"
         )
     targets = sorted(
         {f"{r.name}: ratio ≥ {r.target_ratio}" for r in results if r.target_ratio is not None and not r.unavailable}
@@ -304,6 +323,8 @@ def to_json(results: list[Result]) -> list[dict[str, Any]]:
                 "kinds": {k: v.summary() for k, v in r.timings.items()},
                 "ratio_allow": r.ratio("claim Allow"),
                 "ratio_skip": r.ratio("claim Skip"),
+                "median_ratio_allow": r.median_ratio("claim Allow"),
+                "median_ratio_skip": r.median_ratio("claim Skip"),
                 "delay_ms": {
                     "n": len(r.delays_ms),
                     "p50": percentile(r.delays_ms, 0.5),
@@ -311,7 +332,8 @@ def to_json(results: list[Result]) -> list[dict[str, Any]]:
                     "max": max(r.delays_ms, default=float("nan")),
                     "mean": statistics.fmean(r.delays_ms) if r.delays_ms else float("nan"),
                 },
-                "wake_ms_p99": percentile(r.wakes_ms, 0.99),
+                "wake_ms": {"p50": percentile(r.wakes_ms, 0.5), "p99": percentile(r.wakes_ms, 0.99)},
+                "round_trip_ms_p99": percentile(r.round_trips_ms, 0.99),
             }
         out.append(item)
     return out
@@ -329,7 +351,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--budget", type=float, default=20.0, help="seconds of throughput measurement per backend at most (default 20)"
     )
-    parser.add_argument("--block", type=int, default=100, help="operations per block between kinds (default 100)")
+    parser.add_argument("--block", type=int, default=10, help="operations per block between kinds (default 10)")
     parser.add_argument("--warmup", type=int, default=200, help="untimed operations of each kind first")
     parser.add_argument("--slots", type=int, default=300, help="slots measured for the delay (default 300)")
     parser.add_argument("--period", default="50ms", help="period of the delay loop's schedule (default 50ms)")
