@@ -198,6 +198,11 @@ class NatsBackend(Backend):
             raise StoreError("nats backend used before setup()")
         return self._js
 
+    @property
+    def jetstream(self) -> JetStreamContext:
+        """The JetStream context of the backend's connection (benchmarks time raw publishes on it)."""
+        return self._jetstream()
+
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None and not nc.is_closed:

@@ -20,9 +20,10 @@ URL (``redis+script://host:6379/0`` -> ``redis://host:6379/0``, ``rediss+...`` f
     later one fails with "equal or smaller". There is one stream per ``(job, slot)`` rather
     than one per job: with one stream per job, IDs must grow, so the late first claim of an
     *older* slot (two close slots and a long jitter) would fail although nobody won it, and
-    that run would be lost. A key per slot has no ordering constraint and gets a TTL. XADD,
-    PEXPIRE and a read of the first entry run in one MULTI/EXEC (no scripting needed, for
-    servers where EVAL is disabled); the read makes retries idempotent like the script's.
+    that run would be lost. A key per slot has no ordering constraint and gets a TTL. XADD and
+    PEXPIRE run in one MULTI/EXEC (no scripting needed, for servers where EVAL is disabled).
+    A loser then reads the first entry: if it holds the caller's token the claim was a retry
+    of its own, so retries are idempotent like the script's.
 
 ``redis+idmp://``
     Idempotent XADD (``XADD key IDMP <producer> <iid> * ...``), new in Redis 8.6: the server
@@ -291,16 +292,15 @@ class RedisStreamBackend(_RedisClaimBackend):
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(key, {"token": request.token, "instance": request.instance}, id=f"{request.slot}-1")
             pipe.pexpire(key, self.ttl_ms)
-            pipe.xrange(key, "-", "+", count=1)
-            added, _, first = await pipe.execute(raise_on_error=False)
+            added, _ = await pipe.execute(raise_on_error=False)
         if not isinstance(added, Exception):
             return _won(request)
         if not isinstance(added, ResponseError) or "equal or smaller" not in str(added):
             raise added
-        if isinstance(first, Exception):
-            raise first
         # Someone's XADD came first; it is ours only when this is a retry of our own claim.
-        fields = first[0][1] if first else {}
+        # Only losers pay this second round trip.
+        first = await self.redis.xrange(key, "-", "+", count=1)
+        fields = (first[0][1] if first else None) or {}
         if _as_str(fields.get(b"token", fields.get("token", b""))) == request.token:
             return _won(request)
         return ClaimResult(TAKEN, None)
