@@ -349,11 +349,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--n", type=int, default=5000, help="timed operations of each kind (default 5000)")
     parser.add_argument(
-        "--budget", type=float, default=20.0, help="seconds of throughput measurement per backend at most (default 20)"
+        "--budget", type=float, default=12.0, help="seconds of throughput measurement per backend at most (default 12)"
     )
     parser.add_argument("--block", type=int, default=10, help="operations per block between kinds (default 10)")
     parser.add_argument("--warmup", type=int, default=200, help="untimed operations of each kind first")
-    parser.add_argument("--slots", type=int, default=300, help="slots measured for the delay (default 300)")
+    parser.add_argument("--slots", type=int, default=250, help="slots measured for the delay (default 250)")
     parser.add_argument("--period", default="50ms", help="period of the delay loop's schedule (default 50ms)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
