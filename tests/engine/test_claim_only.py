@@ -509,3 +509,44 @@ async def test_three_processes_claim_the_same_1000_slots(claim_url: str, job_nam
     every = [slot for per_process in won for slot in per_process]
     assert len(every) == count, f"{len(every) - len(set(every))} duplicates, {count - len(set(every))} lost"
     assert sorted(every) == [NOW + n * SLOT for n in range(count)]
+
+
+# -- with the scheduler ---------------------------------------------------------------------
+
+
+async def test_schedulers_on_a_claim_only_store_run_each_slot_once(claim_url: str, job_name: str) -> None:
+    """Three instances, real clock, jitter: every slot's handler runs on exactly one of them."""
+    from anarchon.engine.job import RunContext
+    from anarchon.engine.scheduler import Scheduler
+
+    seen: list[tuple[str, int]] = []
+
+    async def handler(ctx: RunContext) -> None:
+        seen.append((ctx.instance, ctx.slot))
+
+    schedulers = [Scheduler(from_url(claim_url), instance_id=f"i{k}") for k in range(3)]
+    for scheduler in schedulers:
+        scheduler.every(job_name, "250ms", handler, jitter="100ms")
+    await asyncio.gather(*(s.start() for s in schedulers))
+    try:
+        await asyncio.sleep(3)
+    finally:
+        await asyncio.gather(*(s.stop() for s in schedulers))
+        await asyncio.gather(*(s.backend.close() for s in schedulers))
+    slots = [slot for _, slot in seen]
+    assert len(slots) >= 6, seen
+    assert len(slots) == len(set(slots)), f"slots run twice: {sorted(s for s in slots if slots.count(s) > 1)}"
+    assert all(slot % 250 == 0 for slot in slots)
+
+
+async def test_scheduler_refuses_lease_policies_on_a_claim_only_store(claim_url: str, job_name: str) -> None:
+    from anarchon.engine.scheduler import Scheduler
+
+    async def handler(ctx: object) -> None:
+        raise AssertionError("must not run")
+
+    scheduler = Scheduler(from_url(claim_url))
+    with pytest.raises(ConfigError, match="claim-only"):
+        scheduler.every(job_name, "1s", handler, overlap="Skip")
+    with pytest.raises(ConfigError, match="claim-only"):
+        scheduler.every(job_name, "1s", handler, catch_up="All")
