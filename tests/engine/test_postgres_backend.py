@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from anarchon.engine import transitions
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
@@ -107,6 +108,40 @@ async def test_setup_twice_keeps_the_data(backend: PostgresBackend) -> None:
         assert run is not None and run.token == "t1"
     finally:
         await again.close()
+
+
+async def test_setup_of_an_existing_schema_does_not_wait_for_writers(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """An instance restarting must not stall behind (or stall) the cluster's claims.
+
+    A writer holds ROW EXCLUSIVE on the table until it commits; ``CREATE INDEX IF NOT
+    EXISTS`` would queue for SHARE behind it, and every later claim behind that.
+    """
+    await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))
+    async with await psycopg.AsyncConnection.connect(postgres_url) as writer:
+        query = sql.SQL("UPDATE {} SET updated = updated WHERE job = 'job'").format(sql.Identifier(backend.table))
+        await writer.execute(query)  # transaction left open
+        restarted = PostgresBackend(postgres_url, table=backend.table)
+        try:
+            await asyncio.wait_for(restarted.setup(), timeout=5)
+        finally:
+            await restarted.close()
+        await writer.rollback()
+
+
+async def test_setup_recreates_what_is_missing(backend: PostgresBackend, postgres_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE %s", (f"{backend.table}_claim_%",)
+        )
+        rows = await cur.fetchall()
+        assert len(rows) == 1
+        await conn.execute(sql.SQL("DROP FUNCTION {}").format(sql.SQL(rows[0][0])))
+    with pytest.raises(StoreError):
+        await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))
+    await backend.setup()
+    assert (await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))).won
 
 
 async def test_concurrent_setup_of_a_new_table(postgres_url: str) -> None:

@@ -293,6 +293,14 @@ class PostgresBackend(LeaseBackend):
             return sql.SQL(text).format(**names).as_bytes(None)
 
         self._q_schema = q(_SCHEMA)
+        # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
+        # like every query here).
+        objects = ("runs", "schedules", "active_index", "close_fn", "claim_fn", "takeover_fn")
+        self._schema_objects = tuple(names[key].as_string(None) for key in objects)
+        self._q_schema_exists = (
+            b"SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL"
+            b" AND to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL"
+        )
         self._setup_lock_key = f"anarchon-setup:{table}"
         self._q_claim = q(
             "SELECT * FROM {claim_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
@@ -413,10 +421,20 @@ class PostgresBackend(LeaseBackend):
 
     # -- life cycle ---------------------------------------------------------------------
     async def setup(self) -> None:
-        """Create the tables, index and functions; safe to run from many instances at once."""
+        """Create the tables, index and functions; safe to run from many instances at once.
+
+        When everything exists already (every start but the first), nothing is run but
+        one catalog lookup: even ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on the
+        table before it finds the index, which would stall every claim and heartbeat of
+        the cluster behind an instance that merely restarts.
+        """
         self._closed = False
 
         async def op(conn: Conn) -> None:
+            cur = await conn.execute(self._q_schema_exists, self._schema_objects)
+            row = await cur.fetchone()
+            if row is not None and row[0]:
+                return
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (self._setup_lock_key,))
                 await conn.execute(self._q_schema)
