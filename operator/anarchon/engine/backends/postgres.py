@@ -3,10 +3,11 @@
 Layout. One row per run in ``anarchon_runs`` (primary key ``(job, slot)``, the attempts as
 ``jsonb``), a partial index over the active runs (Claimed, Running) so that the overlap
 check and :meth:`active_runs` read a handful of index entries however long the history, and
-``anarchon_schedules`` for :meth:`schedule_since`. :meth:`setup` creates all of it with
-``IF NOT EXISTS`` / ``OR REPLACE``, serialized by a transaction-scoped advisory lock, because
-two instances starting at once can otherwise race on the system catalogs (a unique
-violation on ``pg_type`` is the classic symptom).
+``anarchon_schedules`` for :meth:`schedule_since`, and three PL/pgSQL/SQL functions whose
+names carry a version (``anarchon_runs_claim_v1``...). :meth:`setup` looks them up, and only
+if something is missing creates it with ``IF NOT EXISTS`` / ``OR REPLACE``, serialized by a
+transaction-scoped advisory lock, because two instances starting at once can otherwise
+race on the system catalogs (a unique violation on ``pg_type`` is the classic symptom).
 
 Semantics. Every operation does exactly what :mod:`anarchon.engine.transitions` does; the
 conformance suite holds this backend to the same tests as the SQLite reference. The logic
