@@ -364,25 +364,25 @@ async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) 
 # -- timeouts and outages -----------------------------------------------------------------
 
 
-async def test_command_timeout_cancels_the_claim_on_the_server(postgres_url: str) -> None:
+async def test_command_timeout_cancels_the_claim_on_the_server(backend: PostgresBackend, postgres_url: str) -> None:
     """A claim stuck behind the job's lock times out as StoreError and leaves no ghost.
 
     If the timed-out statement kept running on the server, it would insert the run once
     the lock is free: a claim its caller believes failed.
     """
-    backend = PostgresBackend(postgres_url, table=unique("timeout"), command_timeout_s=0.5)
-    await backend.setup()
+    impatient = PostgresBackend(postgres_url, table=backend.table, command_timeout_s=1.0)
     try:
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as blocker:
             await blocker.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"{backend.table}:job",))
-            with pytest.raises(StoreError):
-                await backend.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))
+            with pytest.raises(StoreError, match="no answer within"):
+                await impatient.claim(ClaimRequest("job", 1, "a", "t1", NOW, LEASE))
             await blocker.execute("SELECT pg_advisory_unlock_all()")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.5)
         assert await backend.get_run("job", 1) is None
-        assert (await backend.claim(ClaimRequest("job", 1, "a", "t2", NOW, LEASE))).won
+        # The impatient backend recovers once the lock is gone.
+        assert (await impatient.claim(ClaimRequest("job", 1, "a", "t2", NOW, LEASE))).won
     finally:
-        await backend.close()
+        await impatient.close()
 
 
 async def test_outage_raises_store_error_then_recovers(own_server: PostgresServer) -> None:
