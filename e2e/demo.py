@@ -258,7 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for r in replicas:
                     if not r.alive():
                         say(f"{r.instance} exited with {r.proc.returncode}; last lines of {r.log}:\n{r.tail()}")
-                runs = list_runs(cp, ns)
+                try:
+                    runs = list_runs(cp, ns)
+                except (urllib.error.URLError, OSError) as e:  # a busy API server (429) or a slow answer
+                    say(f"listing runs failed ({e}); retrying")
+                    stop.wait(args.interval)
+                    continue
                 for r in runs:
                     st = r.get("status", {})
                     if st.get("phase") == "Succeeded" and st.get("instance"):

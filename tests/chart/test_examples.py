@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from controlplane import ControlPlane
+
 from tests.chart.chartlib import EXAMPLES
 
 EXPECTED = ["cron-timezone.yaml", "every-10s.yaml", "forbid-overlap.yaml", "long-takeover.yaml"]

@@ -1,0 +1,104 @@
+"""The Dockerfile, statically (no Docker engine here), and the part of its build that can run
+without one: the wheel, built from exactly the files the .dockerignore lets into the build context."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from tests.chart.chartlib import CHART, REPO
+
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_two_stages_on_python_slim() -> None:
+    froms = [args for ins, args in instructions() if ins == "FROM"]
+    assert len(froms) == 2
+    assert froms[0].startswith("python:${PYTHON_VERSION}-slim") and froms[0].endswith("AS builder")
+    assert froms[1] == "python:${PYTHON_VERSION}-slim"
+    assert ("ARG", "PYTHON_VERSION=3.11") in instructions()
+
+
+def test_final_stage_runs_the_operator_as_non_root() -> None:
+    final = instructions()[[i for i, (ins, _) in enumerate(instructions()) if ins == "FROM"][1] :]
+    assert ("USER", "10001:10001") in final
+    assert ("ENTRYPOINT", '["anarchon"]') in final
+    assert ("CMD", '["operator"]') in final
+    env = " ".join(args for ins, args in final if ins == "ENV")
+    assert "PYTHONDONTWRITEBYTECODE=1" in env and "PATH=/opt/anarchon/bin:$PATH" in env
+    run = " ".join(args for ins, args in final if ins == "RUN")
+    assert "[operator]" in run, "the final stage installs the wheel with its operator extras"
+    assert "--mount=type=bind,from=builder" in run, "the wheel is not copied into a layer"
+    assert "install -d -o 10001 -g 10001" in run and "/var/lib/anarchon" in run
+    # USER comes after everything that needs root.
+    kinds = [ins for ins, _ in final]
+    assert kinds.index("USER") > max(i for i, k in enumerate(kinds) if k == "RUN")
+
+
+def test_chart_runs_the_image_user_with_writable_volumes_where_the_image_writes() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["podSecurityContext"]["runAsUser"] == 10001
+    assert values["podSecurityContext"]["runAsGroup"] == 10001
+    assert values["securityContext"]["readOnlyRootFilesystem"] is True
+    volume = next(args for ins, args in instructions() if ins == "VOLUME")
+    assert set(re.findall(r'"([^"]+)"', volume)) == {"/tmp", "/var/lib/anarchon"}
+
+
+def build_context(dest: Path) -> list[str]:
+    """Copy what .dockerignore lets in (it is an allow-list: `*` then `!path` lines) into ``dest``."""
+    lines = [
+        ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
+    assert lines[0] == "*", ".dockerignore must start by excluding everything (an allow-list)"
+    allowed = [ln[1:].rstrip("/") for ln in lines if ln.startswith("!")]
+    for rel in allowed:
+        src = REPO / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        elif src.exists():
+            shutil.copy2(src, dest / rel)
+    return allowed
+
+
+def test_wheel_builds_from_the_docker_build_context(tmp_path: Path) -> None:
+    ctx = tmp_path / "context"
+    ctx.mkdir()
+    allowed = build_context(ctx)
+    assert {"pyproject.toml", "README.md", "operator"} <= set(allowed)
+    for needed in ("pyproject.toml", "README.md", "operator"):
+        assert (ctx / needed).exists(), f"{needed} is missing from the repository: the image build COPYs it"
+    wheels = tmp_path / "wheels"
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels), str(ctx)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    (wheel,) = wheels.glob("anarchon-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+        metadata = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert "anarchon = anarchon.cli:main" in entry_points
+    assert "anarchon/cli.py" in names and "anarchon/kube/main.py" in names and "anarchon/engine/scheduler.py" in names
+    assert "Provides-Extra: operator" in metadata
+    assert not [n for n in names if n.startswith("tests/") or "__pycache__" in n]
