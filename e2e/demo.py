@@ -264,10 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say(f"listing runs failed ({e}); retrying")
                     stop.wait(args.interval)
                     continue
-                for r in runs:
-                    st = r.get("status", {})
+                for run in runs:
+                    st = run.get("status", {})
                     if st.get("phase") == "Succeeded" and st.get("instance"):
-                        seen[r["metadata"]["name"]] = st["instance"]
+                        seen[run["metadata"]["name"]] = st["instance"]
                 wins = collections.Counter(seen.values())
                 print(f"\n--- {time.strftime('%H:%M:%S')}  kubectl get anarchonruns -n {ns} -o wide", flush=True)
                 print(runs_table(cp, ns, runs), flush=True)
