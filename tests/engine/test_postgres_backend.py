@@ -43,9 +43,12 @@ async def backend(postgres_url: str) -> AsyncIterator[PostgresBackend]:
     await b.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_server() -> Iterator[PostgresServer]:
-    """A server this test may kill and restart without disturbing the session's."""
+    """A server the outage tests may kill and restart without disturbing the session's.
+
+    Each test leaves it running (restarted), so that the next one starts from a server up.
+    """
     with PostgresServer(max_connections=50) as server:
         yield server
 
