@@ -22,6 +22,8 @@ the whole precondition (token, active state, expired lease): PostgreSQL re-check
 the newest row version after waiting for a concurrent writer, which makes fencing and
 exactly-one-takeover hold without any lock of ours.
 
+Requirements: PostgreSQL 11 or newer (``hashtextextended``), psycopg 3.1 or newer.
+
 Connections. ``psycopg_pool`` is not a dependency, so the backend keeps a tiny pool of its
 own: up to ``pool_size`` autocommit connections, opened lazily, each used by one call at a
 time. Every psycopg error becomes a :class:`~anarchon.engine.errors.StoreError` (with any
