@@ -364,6 +364,16 @@ async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) 
             assert (run.state, run.attempt, run.token) == (RunState.CLAIMED, 2, won[0].run.token)
 
 
+async def test_instances_agree_on_when_a_schedule_changed(crowd: list[PostgresBackend]) -> None:
+    """Instances that see a new fingerprint at once (each with its own clock) agree on one ``since``."""
+    for round_, fingerprint in enumerate(["every:10s", "every:5s", "cron:0 * * * *"]):
+        answers = await asyncio.gather(
+            *(b.schedule_since("job", fingerprint, NOW + round_ * 1000 + n) for n, b in enumerate(crowd))
+        )
+        assert len(set(answers)) == 1, answers
+        assert NOW + round_ * 1000 <= answers[0] < NOW + round_ * 1000 + len(crowd)
+
+
 # -- timeouts and outages -----------------------------------------------------------------
 
 
