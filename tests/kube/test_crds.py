@@ -140,12 +140,13 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
         )
     for name in (f"{S.JOB_PLURAL}.{S.GROUP}", f"{S.RUN_PLURAL}.{S.GROUP}"):
         control_plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
-    # Discovery and OpenAPI are refreshed asynchronously after Established.
+
+    # Discovery is refreshed asynchronously after Established.
+    def served(resource: str) -> Callable[[], bool]:
+        return lambda: control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
+
     for resource in (S.JOB_PLURAL, S.RUN_PLURAL):
-        wait_for(
-            f"{resource} to be served",
-            lambda r=resource: control_plane.kubectl("get", r, "-A", check=False).returncode == 0,  # type: ignore[misc]
-        )
+        wait_for(f"{resource} to be served", served(resource))
     return control_plane
 
 
