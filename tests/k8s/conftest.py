@@ -8,9 +8,10 @@ namespace. Nothing global is set (no KUBECONFIG in os.environ): tests pass
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
 import sys
 import time
+import urllib.error
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,8 @@ if str(_CONTROLPLANE_DIR) not in sys.path:
 from controlplane import ControlPlane, ControlPlaneError, MissingBinariesError  # noqa: E402
 
 _started: list[ControlPlane] = []
+_shared: ControlPlane | None = None
+_users = 0
 
 
 @pytest.fixture(scope="session")
@@ -31,40 +34,55 @@ def control_plane() -> Iterator[ControlPlane]:
     """A running control plane for the whole session; FAILS (never skips) if the binaries are missing.
 
     Why fail: a skipped test is a test not run, and CI must not pass without having run them.
+    Why a module-level instance: this fixture is also re-exported by tests/conftest.py, and
+    pytest then keeps two session fixtures of the same name; both must share one control
+    plane (stopped when the last of them is torn down), not start two.
     """
+    global _shared, _users
+    if _shared is None:
+        try:
+            cp = ControlPlane(node_count=3)
+            cp.start()
+        except MissingBinariesError as e:
+            pytest.fail(str(e), pytrace=False)
+        except ControlPlaneError as e:
+            pytest.fail(f"control plane did not start: {e}", pytrace=False)
+        _shared = cp
+        _started.append(cp)
+    _users += 1
     try:
-        cp = ControlPlane(node_count=3)
-        cp.start()
-    except MissingBinariesError as e:
-        pytest.fail(str(e), pytrace=False)
-    except ControlPlaneError as e:
-        pytest.fail(f"control plane did not start: {e}", pytrace=False)
-    _started.append(cp)
-    try:
-        yield cp
+        yield _shared
     finally:
-        cp.stop()
+        _users -= 1
+        if _users == 0:
+            _shared.stop()
+            _shared = None
 
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane) -> Iterator[str]:
     """A fresh namespace whose `default` ServiceAccount exists (so Pods can be created at once); deleted after."""
     name = f"t-{uuid.uuid4().hex[:10]}"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.api(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     deadline = time.monotonic() + 60
-    while control_plane.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
+    while True:
+        try:
+            control_plane.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            break
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
         if time.monotonic() > deadline:
             pytest.fail(f"ServiceAccount default was not created in namespace {name} within 60s", pytrace=False)
-        time.sleep(0.1)
+        time.sleep(0.05)
     try:
         yield name
     finally:
-        # Do not wait: namespace deletion (all contents, via the namespace controller) is slow-ish.
-        subprocess.run(
-            ["kubectl", "--kubeconfig", str(control_plane.kubeconfig), "delete", "namespace", name, "--wait=false"],
-            capture_output=True,
-            timeout=60,
-        )
+        # Do not wait for it to go: the namespace controller deletes the contents in the background.
+        with contextlib.suppress(urllib.error.URLError, OSError):
+            control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -59,12 +59,13 @@ def create(cp: ControlPlane, namespace: str, obj: dict[str, Any]) -> dict[str, A
 
 
 def pod(cp: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    res = cp.kubectl("get", "pod", name, "-n", namespace, "-o", "json", check=False)
-    if res.returncode != 0:
-        if "NotFound" in res.stderr:
+    """The Pod, or None once it is gone (read with the stdlib client: polling kubectl costs a process each time)."""
+    try:
+        result: dict[str, Any] = cp.api("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
             return None
-        raise AssertionError(res.stderr)
-    result: dict[str, Any] = json.loads(res.stdout)
+        raise
     return result
 
 
