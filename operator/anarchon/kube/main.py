@@ -18,7 +18,7 @@ from prometheus_client import start_http_server
 
 from ..engine import Scheduler
 from ..engine.backends import from_url
-from .client import GROUP, JOBS, VERSION, connect
+from .client import GROUP, JOBS, VERSION, Kube, connect
 from .controller import JobController, OperatorListener
 from .events import EventPoster
 from .metrics import Metrics
@@ -37,8 +37,25 @@ class OperatorConfig:
     stop_flag: asyncio.Event | None = None
 
 
-def build_registry(controller: JobController, scheduler: Scheduler, *, namespaced: bool) -> kopf.OperatorRegistry:
+def build_registry(
+    controller: JobController, scheduler: Scheduler, kube: Kube, *, namespaced: bool
+) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        """Give kopf the credentials our own client resolved (kubeconfig or in-cluster)."""
+        cfg = kube.api.configuration
+        scheme, _, token = str((cfg.api_key or {}).get("authorization") or "").partition(" ")
+        return kopf.ConnectionInfo(
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            scheme=scheme or None,
+            token=token or None,
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
+        )
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -85,7 +102,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     controller = JobController(kube, scheduler, events, metrics)
     controller_ref.append(controller)
     await _until_store_ready(scheduler)
-    registry = build_registry(controller, scheduler, namespaced=bool(cfg.namespaces))
+    registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
     log.info(
         "instance %s on store %s, watching %s",
         cfg.instance_id,
