@@ -40,13 +40,16 @@ def control_plane() -> Iterator[ControlPlane]:
     """
     global _shared, _users
     if _shared is None:
+        problem = ""
         try:
             cp = ControlPlane(node_count=3)
             cp.start()
         except MissingBinariesError as e:
-            pytest.fail(str(e), pytrace=False)
+            problem = str(e)
         except ControlPlaneError as e:
-            pytest.fail(f"control plane did not start: {e}", pytrace=False)
+            problem = f"control plane did not start: {e}"
+        if problem:  # outside the except block: no chained traceback around the message
+            pytest.fail(problem, pytrace=False)
         _shared = cp
         _started.append(cp)
     _users += 1
