@@ -32,6 +32,13 @@ that one hash slot.
 
 Times are the caller's ``now_ms`` (see :mod:`anarchon.engine.backend`), never the server's
 clock, so every backend runs on the same injectable clock.
+
+What "one winner" rests on: a script is atomic on the one primary that runs it. Redis
+replication is asynchronous, so a failover to a replica that had not yet received a claim
+forgets it, and another instance can win that run again; the same holds for a restart
+without persistence. Use ``appendonly yes`` (``appendfsync everysec`` loses at most about a
+second) and prefer a managed primary with synchronous replication where running a run
+twice is costly; jobs should be idempotent enough to survive that rare case anyway.
 """
 
 from __future__ import annotations
