@@ -37,8 +37,8 @@ What "one winner" rests on: a script is atomic on the one primary that runs it. 
 replication is asynchronous, so a failover to a replica that had not yet received a claim
 forgets it, and another instance can win that run again; the same holds for a restart
 without persistence. Use ``appendonly yes`` (``appendfsync everysec`` loses at most about a
-second) and prefer a managed primary with synchronous replication where running a run
-twice is costly; jobs should be idempotent enough to survive that rare case anyway.
+second); where running a run twice is costly, a store that commits synchronously
+(PostgreSQL) is the safer choice. Jobs should survive that rare case anyway.
 """
 
 from __future__ import annotations
