@@ -211,6 +211,8 @@ class ControlPlane:
         deadline = t0 + self.start_timeout
         try:
             (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            # A reused run dir (``up --dir``) starts from an empty cluster, like a temp one.
+            shutil.rmtree(self.run_dir / "etcd", ignore_errors=True)
             self._make_pki()
             self._start_etcd(deadline)
             self._start_apiserver(deadline)

@@ -190,14 +190,14 @@ def test_run_seconds_keeps_pod_running(control_plane: ControlPlane, namespace: s
 
 
 def test_watch_sees_pending_running_succeeded(control_plane: ControlPlane, namespace: str) -> None:
-    """A watch (kubernetes_asyncio, as the operator uses) sees the phases in order."""
+    """A watch (kubernetes_asyncio, as the operator uses) sees the default lifecycle's phases in order."""
 
     async def run() -> list[str]:
         api = await config.new_client_from_config(config_file=str(control_plane.kubeconfig))
         async with api:
             v1 = client.CoreV1Api(api)
             listed = await v1.list_namespaced_pod(namespace)
-            body = pod_manifest("watched", {"anarchon.test/run-seconds": "1"})
+            body = pod_manifest("watched")  # no annotations: the default lifecycle
             # The generated client serialises a plain dict body as-is; its stubs only name the model.
             await v1.create_namespaced_pod(namespace, body)  # type: ignore[arg-type]
             phases: list[str] = []
