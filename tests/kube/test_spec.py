@@ -161,9 +161,10 @@ def test_every_accepts_explicit_utc_time_zone() -> None:
     assert parse_job(body({"timeZone": "UTC"})).schedule == Every(10_000)
 
 
-def test_lease_in_days_is_compared_by_the_operator() -> None:
-    """CEL cannot compare durations in days; the parser does, both ways."""
+def test_durations_in_days() -> None:
+    """Days count 24 hours, in every field and in the lease/heartbeat comparison."""
     assert parse_job(body({"heartbeat": "1h", "lease": "1d"})).options.lease_ms == 86_400_000
+    assert parse_job(body({"every": "1d12h30m15s250ms"})).schedule == Every(131_415_250)
     msgs = errors_of(body({"heartbeat": "1d", "lease": "23h"}))
     assert len(msgs) == 1 and msgs[0].startswith("spec.lease: must be longer than spec.heartbeat")
 
@@ -225,6 +226,10 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("every = 0 in ms and days", {"every": "0d0ms"}, "spec.every: must be longer than 0"),
     ("every not a duration", {"every": "ten seconds"}, "spec.every: cannot parse"),
     ("every upper case", {"every": "10S"}, "spec.every: cannot parse"),
+    ("units out of order", {"every": "30m1h"}, "spec.every: cannot parse"),
+    ("unit twice", {"every": "1h1h"}, "spec.every: cannot parse"),
+    ("empty duration", {"jitter": ""}, "spec.jitter: cannot parse ''"),
+    ("absurd duration", {"lease": "99999999999999999d"}, "spec.lease: '99999999999999999d' is too long"),
     ("every as a number", {"every": 10}, "spec.every: expected a duration string"),
     ("every with a fraction", {"every": "1.5s"}, "spec.every: cannot parse"),
     ("every negative", {"every": "-10s"}, "spec.every: cannot parse"),

@@ -4,9 +4,8 @@ The CRD (``crds/anarchonjobs.anarchon.io.yaml``) rejects most bad specs at admis
 the operator checks everything again here because it cannot rely on that: objects stored
 before a CRD upgrade, a cluster still carrying an older CRD, or validation ratcheting all
 let through objects that the current schema refuses. Some checks exist only here, because
-the apiserver cannot make them: an unknown time zone, a cron expression with valid
-characters but impossible values, and ``lease > heartbeat`` when either is written in days
-(CEL's ``duration()`` has no ``d`` unit).
+the apiserver cannot make them: an unknown time zone, and a cron expression with valid
+characters but impossible values.
 
 Every problem is collected before raising, so one status condition tells the user all that
 is wrong instead of one field per edit. Defaults are those of the CRD (:data:`CRD_DEFAULTS`;
@@ -54,12 +53,17 @@ MIN_ATTEMPTS: Final = 1
 MAX_ATTEMPTS: Final = 10
 #: Longest duration string; the CRD bounds it too, which keeps the CEL rules' cost estimate low.
 MAX_DURATION_LENGTH: Final = 32
+#: Longest duration, in ms: Go's (and so CEL's) ~292 years; longer ones are typos, and the
+#: CRD's lease/heartbeat rule fails on them at admission.
+MAX_DURATION_MS: Final = (2**63 - 1) // 1_000_000
 MAX_CRON_LENGTH: Final = 128
 MAX_TIME_ZONE_LENGTH: Final = 64
 
 #: Same patterns as the CRD's (checked by a test). Durations are lower-case ``<number><unit>``
-#: parts (units ms, s, m, h, d); the engine's parser alone would also accept upper case.
-DURATION_PATTERN: Final = r"^([0-9]+(ms|s|m|h|d))+$"
+#: parts with units d, h, m, s, ms in that order, each at most once (``1d12h``, ``1h30m``,
+#: ``250ms``); the engine's parser alone would also accept upper case and any order. The
+#: order lets the CRD's CEL rule turn a leading ``<n>d`` into hours for ``duration()``.
+DURATION_PATTERN: Final = r"^([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"
 #: 5 fields (minute hour day month weekday) or 6 (seconds first); no ``@hourly`` macros.
 CRON_PATTERN: Final = r"^\s*[0-9A-Za-z*?/,#-]+(\s+[0-9A-Za-z*?/,#-]+){4,5}\s*$"
 #: The shape of an IANA name (``UTC``, ``Europe/Paris``, ``America/Argentina/Buenos_Aires``).
@@ -172,14 +176,17 @@ class _Reader:
         if not isinstance(value, str):
             self.error(path, f"expected a duration string such as '10s', got {_show(value)}")
             return None
-        if len(value) > MAX_DURATION_LENGTH or not _DURATION_RE.fullmatch(value):
+        if not value or len(value) > MAX_DURATION_LENGTH or not _DURATION_RE.fullmatch(value):
             self.error(
                 path,
-                f"cannot parse {_show(value)}; use numbers with units ms, s, m, h or d, in lower case"
-                " (e.g. '10s', '1h30m', '250ms')",
+                f"cannot parse {_show(value)}; use numbers with units d, h, m, s, ms, in that order and"
+                " in lower case (e.g. '10s', '1h30m', '2d12h', '250ms')",
             )
             return None
         ms = parse_duration(value, what=path)
+        if ms > MAX_DURATION_MS:
+            self.error(path, f"{_show(value)} is too long (more than 292 years)")
+            return None
         if positive and ms == 0:
             self.error(path, f"must be longer than 0, got {_show(value)}")
             return None
