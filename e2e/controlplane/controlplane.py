@@ -27,6 +27,7 @@ import ctypes
 import functools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -324,15 +325,16 @@ class ControlPlane:
     def versions(self) -> dict[str, str]:
         """Versions of the running components (for logs and reports)."""
 
-        def first_line(*cmd: str) -> str:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-            return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else "?"
+        def version_of(binary: str) -> str:
+            out = subprocess.run([str(self.bin_dir / binary), "--version"], capture_output=True, text=True, timeout=30)
+            m = re.search(r"v?\d+\.\d+\.\d+\S*", out.stdout + out.stderr)
+            return m.group(0) if m else "?"
 
         info = self.api("GET", "/version") if self.server else {}
         return {
             "kubernetes": str(info.get("gitVersion", "?")),
-            "etcd": first_line(str(self.bin_dir / "etcd"), "--version"),
-            "kwok": first_line(str(self.bin_dir / "kwok"), "--version"),
+            "etcd": version_of("etcd"),
+            "kwok": version_of("kwok"),
         }
 
     # ------------------------------------------------------------------ internals
@@ -690,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             v = cp.versions()
             print(
-                f"control plane up in {cp.start_seconds:.1f}s: kubernetes {v['kubernetes']}, {v['etcd']}, "
+                f"control plane up in {cp.start_seconds:.1f}s: kubernetes {v['kubernetes']}, etcd {v['etcd']}, "
                 f"kwok {v['kwok']}; server {cp.server}; logs in {cp.run_dir / 'logs'}",
                 file=sys.stderr,
             )
