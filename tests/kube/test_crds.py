@@ -117,6 +117,18 @@ def test_crd_names() -> None:
         )
 
 
+EXAMPLES = sorted((CRD_DIR.parent / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_parse(path: Path) -> None:
+    """What the docs show must be what the operator runs (the chart tests apply them to a cluster)."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc.get("kind") == S.JOB_KIND:
+            doc["metadata"].setdefault("namespace", "default")
+            parse_job(doc)
+
+
 # ------------------------------------------------------------------------------ against the apiserver
 
 
