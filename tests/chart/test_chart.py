@@ -274,12 +274,12 @@ def test_sqlite_single_replica_with_pvc() -> None:
         ({"store": {"existingSecret": {"name": ""}}}, "no store: set store.existingSecret.name"),
         ({"redis": {"enabled": True}, "store": {"type": "postgresql"}}, "redis.enabled=true bundles a Redis store"),
         ({"store": {"tls": {"enabled": True}}}, "store.tls.enabled=true needs store.tls.secretName"),
-        ({"replicaCount": 0}, "replicaCount"),
-        ({"store": {"type": "mysql"}}, "store.type"),
-        ({"store": {"url": "mysql://x"}}, "store.url"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"store": {"type": "mysql"}}, "/store/type"),
+        ({"store": {"url": "mysql://x"}}, "/store/url"),
         ({"unknownKey": 1}, "unknownKey"),
-        ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
-        ({"podAntiAffinity": "maybe"}, "podAntiAffinity"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "/watchNamespaces/0"),
+        ({"podAntiAffinity": "maybe"}, "/podAntiAffinity"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else "",
 )
@@ -289,24 +289,24 @@ def test_invalid_values_are_rejected_with_a_reason(values: dict[str, Any], messa
     assert message in res.stderr, res.stderr
 
 
-def test_notes_say_what_to_do_next() -> None:
-    res = helm("install", "anarchon", str(CHART), "--namespace", "anarchon-system", "--dry-run=client")
-    notes = res.stdout.split("NOTES:", 1)[1]
-    assert "kubectl -n anarchon-system create secret generic anarchon-store" in notes
-    assert "rollout status deployment/anarchon" in notes
-    assert "kubectl get anarchonruns" in notes
-    res = helm(
-        "install",
-        "anarchon",
-        str(CHART),
-        "--namespace",
-        "ops",
-        "--dry-run=client",
-        "--values",
-        str(CHART / "ci" / "namespaced-values.yaml"),
-    )
-    notes = res.stdout.split("NOTES:", 1)[1]
-    assert "team-a, team-b" in notes and "create secret" in notes
+def test_notes_say_what_to_do_next(cluster: ControlPlane) -> None:
+    """NOTES.txt, as `helm install` prints it (a server-side dry run against the test control plane)."""
+
+    def notes(namespace: str, *extra: str) -> str:
+        res = helm(
+            "install", "anarchon", str(CHART), "--namespace", namespace, "--dry-run=server",
+            "--kubeconfig", str(cluster.kubeconfig), *extra,
+        )  # fmt: skip
+        return res.stdout.split("NOTES:", 1)[1]
+
+    text = notes("anarchon-system")
+    assert "kubectl -n anarchon-system create secret generic anarchon-store" in text
+    assert "rollout status deployment/anarchon" in text
+    assert "kubectl get anarchonruns" in text
+    text = notes("ops", "--values", str(CHART / "ci" / "namespaced-values.yaml"))
+    assert "team-a, team-b" in text and "create secret" in text
+    text = notes("anarchon-system", "--set", "store.type=nats", "--set", "store.url=nats://nats:4222")
+    assert "claim-only store" in text and "create secret" not in text
 
 
 # ------------------------------------------------------------------------------- kubeconform / dry-run
@@ -349,7 +349,7 @@ def test_server_side_dry_run_of_rendered_manifests(variant: str, cluster: Contro
         cluster.kubectl("create", "namespace", n, check=False)
     f = tmp_path / f"{variant}.yaml"
     f.write_text(render(VARIANTS[variant], namespace=ns).stdout)
-    res = cluster.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(f))
+    res = cluster.kubectl("apply", "--dry-run=server", "-f", str(f))  # every object names its namespace
     applied = [line for line in res.stdout.splitlines() if "(server dry run)" in line]
     assert len(applied) == len(manifests(f.read_text())), res.stdout
 

@@ -277,6 +277,7 @@ def operator_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[subpro
     """``python -m anarchon operator`` authenticated with ``kubeconfig``; stopped (SIGTERM, then SIGKILL) after."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
+    env["KUBECONFIG"] = str(kubeconfig)  # for kopf's own login too, not only the operator's client
     cmd = [
         sys.executable,
         "-m",
