@@ -162,7 +162,12 @@ class ControlPlane:
         keep_run_dir: bool = False,
     ) -> None:
         self._own_run_dir = run_dir is None
-        self.run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="anarchon-cp-"))
+        # A temp run dir is only named here and made by start(): constructing must not leave litter.
+        self.run_dir = (
+            Path(run_dir)
+            if run_dir is not None
+            else Path(tempfile.gettempdir()) / f"anarchon-cp-{os.getpid()}-{secrets.token_hex(4)}"
+        )
         self.bin_dir = Path(binaries) if binaries is not None else bin_dir()
         self.node_count = node_count
         self.start_timeout = start_timeout
@@ -211,7 +216,8 @@ class ControlPlane:
         t0 = time.monotonic()
         deadline = t0 + self.start_timeout
         try:
-            (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=not self._own_run_dir)
+            (self.run_dir / "logs").mkdir(exist_ok=True)
             # A reused run dir (``up --dir``) starts from an empty cluster, like a temp one.
             shutil.rmtree(self.run_dir / "etcd", ignore_errors=True)
             self._make_pki()

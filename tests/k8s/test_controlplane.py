@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +25,7 @@ from controlplane import ControlPlane
 from kubernetes_asyncio import client, config, watch
 
 TIMEOUT = 60.0
+CONTROLPLANE_PY = Path(__file__).resolve().parents[2] / "e2e" / "controlplane" / "controlplane.py"
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = TIMEOUT, interval: float = 0.1) -> Any:
@@ -311,3 +316,34 @@ def test_garbage_collector_removes_owned_objects(control_plane: ControlPlane, na
 
     wait_for("child ConfigMap garbage-collected", child_gone)
     assert cp.kubectl("get", "configmap", "unowned", "-n", namespace, check=False).returncode == 0
+
+
+def test_cli_up_prints_kubeconfig_and_tears_down_on_sigint(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """`controlplane.py up` (the by-hand debugging entry point) serves, then stops every child on Ctrl-C.
+
+    Starts a second, independent control plane (own ports and run dir) next to the session one.
+    """
+    run_dir = tmp_path / "cp"
+    proc = subprocess.Popen(
+        [sys.executable, str(CONTROLPLANE_PY), "up", "--dir", str(run_dir), "--nodes", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # blocks until up (or the CLI exits and closes stdout)
+        assert first.startswith("kubeconfig: "), first + (proc.stderr.read() if proc.stderr else "")
+        kubeconfig = Path(first.removeprefix("kubeconfig: ").strip())
+        assert proc.stdout.readline().strip() == f"export KUBECONFIG={kubeconfig}"
+        nodes = control_plane.kubectl("get", "nodes", "-o", "name", kubeconfig=kubeconfig).stdout.split()
+        assert nodes == ["node/kwok-node-0"]
+        found = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+        pids = [int(p) for p in found if int(p) != proc.pid]
+        assert len(pids) == 5, pids  # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    assert rc == 0, proc.stderr.read() if proc.stderr else rc
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
