@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from redis.commands.core import AsyncScript
 from redis.crc import key_slot
 
 from anarchon.engine import (
@@ -117,6 +118,58 @@ async def test_prefixes_isolate_stores(redis_url: str, prefix: str) -> None:
     async with RedisBackend(redis_url, prefix=prefix + "-a") as a, RedisBackend(redis_url, prefix=prefix + "-b") as b:
         assert (await a.claim(req("j", 1))).won
         assert (await b.claim(req("j", 1))).won
+
+
+async def test_every_script_stays_in_the_jobs_cluster_slot(prefix: str) -> None:
+    """On a real (one-node) Redis Cluster, every operation stays in the job's hash slot,
+    including those that reach other runs of the job (Replace, active_runs, history, prune,
+    retention trimming).
+
+    Redis 7 refuses a script that touches a key outside the slot of its declared keys only if
+    the script starts with a ``#!lua`` shebang (scripts without one keep the old, lax rules,
+    and the backend's have none so as to run on Redis 6 too); so here the backend's scripts
+    are registered again with one.
+    """
+    import redis.asyncio as aioredis
+    from redis.exceptions import ResponseError
+
+    server = start_or_fail(extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+    client = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        await client.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")  # type: ignore[no-untyped-call]
+        for _ in range(100):
+            if "cluster_state:ok" in await client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
+                break
+            await asyncio.sleep(0.05)
+        # The server does enforce it, so this test can fail:
+        probe = client.register_script("#!lua\nreturn redis.call('GET', ARGV[1])")
+        with pytest.raises(ResponseError, match="same slot"):
+            await probe(keys=["{a}x"], args=["{b}y"])
+        async with RedisBackend(server.url, prefix=prefix, retention_ms=60_000) as b:
+            assert isinstance(b, RedisBackend)
+            for attr in list(vars(b)):
+                script = getattr(b, attr)
+                if isinstance(script, AsyncScript):
+                    setattr(b, attr, b.client.register_script("#!lua\n" + str(script.script)))
+            assert str(b._claim.script).startswith("#!lua")
+            for job in ("sync", "a{b}c", ""):
+                assert (await b.claim(req(job, 1, token="t1"))).won
+                assert (await b.claim(req(job, 2, token="t2", overlap=Overlap.SKIP))).outcome is ClaimOutcome.SKIPPED
+                replaced = await b.claim(req(job, 3, token="t3", overlap=Overlap.REPLACE))
+                assert [r.slot for r in replaced.replaced] == [1]
+                assert await b.heartbeat(job, 3, "t3", NOW + 1, LEASE)
+                assert await b.release(job, 3, "t3", NOW + 2, "stop")
+                assert (await b.takeover(TakeoverRequest(job, 3, "b", "t4", NOW + 3, LEASE, 3))).won
+                assert await b.finish(job, 3, "t4", NOW + 4, RunState.SUCCESS)
+                assert (await b.claim(req(job, 4, token="t5", now=NOW + 120_000))).won
+                assert [r.slot for r in await b.active_runs(job)] == [4]
+                assert [r.slot for r in await b.history(job)] == [4, 3, 2, 1]
+                assert await b.schedule_since(job, "every:1000", NOW) == NOW
+                assert await b.prune(job, 4) == 3
+                assert await b.last_slot(job) == 4
+    finally:
+        await client.aclose()
+        server.stop()
 
 
 def test_prefix_with_braces_is_refused() -> None:

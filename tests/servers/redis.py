@@ -39,7 +39,9 @@ def free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process in its own temporary directory."""
 
-    def __init__(self, *, port: int | None = None, startup_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, *, port: int | None = None, startup_timeout_s: float = 10.0, extra_args: list[str] | None = None
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServerBinaryMissing(
@@ -50,6 +52,7 @@ class RedisServer:
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.startup_timeout_s = startup_timeout_s
+        self.extra_args = list(extra_args or [])  # e.g. ["--cluster-enabled", "yes"]
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -83,6 +86,7 @@ class RedisServer:
                     "no",
                     "--logfile",
                     "",
+                    *self.extra_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
