@@ -46,7 +46,8 @@ def build_registry(
     async def login(**_: Any) -> kopf.ConnectionInfo:
         """Give kopf the credentials our own client resolved (kubeconfig or in-cluster)."""
         cfg = kube.api.configuration
-        scheme, _, token = str((cfg.api_key or {}).get("authorization") or "").partition(" ")
+        keys = cfg.api_key or {}
+        scheme, _, token = str(keys.get("BearerToken") or keys.get("authorization") or "").partition(" ")
         return kopf.ConnectionInfo(
             server=cfg.host,
             ca_path=cfg.ssl_ca_cert,
