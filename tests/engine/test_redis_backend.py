@@ -32,7 +32,7 @@ from anarchon.engine import (
 from anarchon.engine.backends import from_url
 from anarchon.engine.backends.redis import RedisBackend, redact_url
 from anarchon.engine.backends.sqlite import SqliteBackend
-from tests.servers.redis import RedisServer, start_or_fail
+from tests.servers.redis import RedisServer, free_port, start_or_fail
 
 NOW = 1_800_000_000_000
 LEASE = 6_000
@@ -133,7 +133,9 @@ async def test_every_script_stays_in_the_jobs_cluster_slot(prefix: str) -> None:
     import redis.asyncio as aioredis
     from redis.exceptions import ResponseError
 
-    server = start_or_fail(extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+    cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+    # The bus port defaults to port + 10000, impossible above 55535: give it a free one.
+    server = start_or_fail(extra_args=[*cluster_args, "--cluster-port", str(free_port())])
     client = aioredis.Redis.from_url(server.url, decode_responses=True)
     try:
         await client.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")  # type: ignore[no-untyped-call]
@@ -327,8 +329,6 @@ async def test_heartbeat_never_shortens_the_lease(backend: RedisBackend) -> None
 
 
 async def test_error_messages_do_not_show_the_password(prefix: str) -> None:
-    from tests.servers.redis import free_port
-
     port = free_port()  # nobody listens here
     b = RedisBackend(f"redis://user:s3cret@127.0.0.1:{port}/0?password=s3cret", prefix=prefix)
     try:
