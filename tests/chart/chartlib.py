@@ -117,22 +117,35 @@ def env_of(c: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- kubeconform
 
 
+_SCHEMA_MAPS = ("properties", "patternProperties", "definitions")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+_SCHEMA_ONE = ("items", "additionalProperties", "not")
+
+
 def _convert(node: Any, *, strict: bool) -> Any:
     """OpenAPI v2 schema node -> JSON schema node, as kubeconform's openapi2jsonschema does.
 
-    int-or-string and Quantity become ``oneOf`` string/number; refs stay local (``#/definitions/...``);
-    with ``strict``, objects that list their properties reject unknown ones (unless the API server
-    keeps unknown fields there).
+    int-or-string becomes ``oneOf`` string/integer; refs stay local (``#/definitions/...``); with
+    ``strict``, objects that list their properties reject unknown ones (unless the API server keeps
+    unknown fields there). Walks schema keywords only: under ``properties`` the keys are field names
+    (JSONSchemaProps has fields called ``format`` or ``x-kubernetes-int-or-string``).
     """
-    if isinstance(node, list):
-        return [_convert(x, strict=strict) for x in node]
     if not isinstance(node, dict):
         return node
-    if node.get("format") == "int-or-string" or node.get("x-kubernetes-int-or-string"):
+    if node.get("format") == "int-or-string" or node.get("x-kubernetes-int-or-string") is True:
         out = {k: v for k, v in node.items() if k not in ("type", "format")}
         out["oneOf"] = [{"type": "string"}, {"type": "integer"}]
         return out
-    out = {k: _convert(v, strict=strict) for k, v in node.items()}
+    out = {}
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {k: _convert(v, strict=strict) for k, v in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_convert(v, strict=strict) for v in value]
+        elif key in _SCHEMA_ONE and isinstance(value, dict):
+            out[key] = _convert(value, strict=strict)
+        else:
+            out[key] = value
     if (
         strict
         and "properties" in out

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from controlplane import ControlPlane
 
-from tests.chart.chartlib import EXAMPLES
+from tests.chart.chartlib import EXAMPLES, kubeconform
 
 EXPECTED = ["cron-timezone.yaml", "every-10s.yaml", "forbid-overlap.yaml", "long-takeover.yaml"]
 FILES = sorted(EXAMPLES.glob("*.yaml"))
@@ -65,3 +65,10 @@ def test_a_broken_example_is_refused(cluster: ControlPlane, namespace: str) -> N
     )
     assert res.returncode != 0
     assert "exactly one of spec.every and spec.cron" in res.stderr, res.stderr
+
+
+def test_examples_pass_kubeconform_against_the_crd_schemas(schema_dir: Path) -> None:
+    """Offline too: the CRDs' OpenAPI schemas, as the API server publishes them, accept every example."""
+    res = kubeconform(FILES, schema_dir)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"Valid: {len(FILES)}, Invalid: 0, Errors: 0, Skipped: 0" in res.stdout, res.stdout
