@@ -9,6 +9,7 @@ namespace. Nothing global is set (no KUBECONFIG in os.environ): tests pass
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import urllib.error
@@ -42,7 +43,8 @@ def control_plane() -> Iterator[ControlPlane]:
     if _shared is None:
         problem = ""
         try:
-            cp = ControlPlane(node_count=3)
+            # ANARCHON_CP_KEEP=1 keeps the run dir (component logs, etcd data) for a post-mortem.
+            cp = ControlPlane(node_count=3, keep_run_dir=os.environ.get("ANARCHON_CP_KEEP") == "1")
             cp.start()
         except MissingBinariesError as e:
             problem = str(e)
@@ -92,4 +94,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Report the control plane's start time and versions, so CI logs show them."""
     for cp in _started:
         v = ", ".join(f"{k} {val}" for k, val in cp.version_info.items())
-        terminalreporter.write_line(f"control plane: started in {cp.start_seconds:.1f}s; {v}")
+        kept = f"; run dir kept: {cp.run_dir}" if cp.keep_run_dir else ""
+        terminalreporter.write_line(f"control plane: started in {cp.start_seconds:.1f}s; {v}{kept}")
