@@ -29,6 +29,8 @@ enabled (``-js``), 2.2 or newer.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import re
@@ -113,6 +115,7 @@ class NatsBackend(Backend):
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._window_ms: int | None = None
+        self._lock = asyncio.Lock()
 
     @property
     def claim_window_ms(self) -> int:
@@ -132,21 +135,40 @@ class NatsBackend(Backend):
             )
 
     async def setup(self) -> None:
-        if self._nc is not None:
-            return
+        await self._connected()
+
+    async def _connected(self) -> JetStreamContext:
+        """The JetStream context, connecting (again) when there is no live connection.
+
+        nats-py gives up for good after ``max_reconnect_attempts``, for the first connection
+        as for reconnections. The defaults here (3 attempts, 1 s apart) make an unreachable
+        server a prompt StoreError instead of a two-minute wait; a connection that nats-py
+        gave up on is replaced at the next claim, so an outage of any length heals.
+        """
         import nats
         from nats.errors import Error as NatsError
 
-        try:
-            self._nc = await nats.connect(self.url, **self._connect_options)
-            self._js = self._nc.jetstream(timeout=self.timeout_s)
-            await self._ensure_stream()
-        except (TimeoutError, NatsError, OSError) as exc:
+        async with self._lock:
+            if self._nc is not None and self._js is not None and not self._nc.is_closed:
+                return self._js
             await self.close()
-            raise StoreError(f"nats: cannot set up the claim stream at {_redact(self.url)}: {exc}") from exc
-        except BaseException:
-            await self.close()
-            raise
+            options: dict[str, Any] = {
+                "max_reconnect_attempts": 3,
+                "reconnect_time_wait": 1.0,
+                "connect_timeout": min(self.timeout_s, 5.0),
+            }
+            options.update(self._connect_options)
+            try:
+                self._nc = await nats.connect(self.url, **options)
+                self._js = self._nc.jetstream(timeout=self.timeout_s)
+                await self._ensure_stream()
+            except (TimeoutError, NatsError, OSError) as exc:
+                await self.close()
+                raise StoreError(f"nats: cannot set up the claim stream at {_redact(self.url)}: {exc}") from exc
+            except BaseException:
+                await self.close()
+                raise
+            return self._js
 
     async def _ensure_stream(self) -> None:
         """Create the stream, or widen its window; record the window actually in force."""
@@ -206,14 +228,15 @@ class NatsBackend(Backend):
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None and not nc.is_closed:
-            await nc.close()
+            with contextlib.suppress(Exception):  # a connection nats-py is still retrying
+                await nc.close()
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         from nats.errors import Error as NatsError
 
         if any(ord(ch) < 0x20 for ch in request.job):
             raise ConfigError(f"nats: job name {request.job!r} contains control characters")
-        js = self._jetstream()
+        js = await self._connected()
         msg_id = f"{request.job}:{request.slot}"
         payload = json.dumps(
             {"job": request.job, "slot": request.slot, "instance": request.instance, "token": request.token}

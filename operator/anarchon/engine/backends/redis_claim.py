@@ -310,10 +310,9 @@ class RedisIdmpBackend(_RedisClaimBackend):
     """``redis+idmp://``: idempotent XADD (Redis 8.6+); see the module docstring.
 
     The IDMP duration (at most a day on Redis) is the claim window, so ``ttl_ms`` is capped
-    at 86 400 000. Redis also forgets the oldest ids beyond IDMP-MAXSIZE (at most 10 000) per
-    producer; the producer is the job, so a job must not have more than 10 000 slots inside
-    one window (one every 8.64 s over a day), which :meth:`require_window` cannot see: keep
-    ``ttl_ms`` short for jobs that run more often.
+    at 86 400 000. Redis also evicts the oldest ids beyond IDMP-MAXSIZE (at most 10 000) per
+    producer; the producer is the job, so the effective window is the shorter of ``ttl_ms``
+    and 10 000 periods of the job (2.8 hours for a job every second), far above any jitter.
     """
 
     capabilities = Capabilities(name="redis+idmp", leases=False)
