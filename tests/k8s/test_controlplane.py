@@ -350,3 +350,24 @@ def test_cli_up_prints_kubeconfig_and_tears_down_on_sigint(control_plane: Contro
     assert rc == 0, proc.stderr.read() if proc.stderr else rc
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_job_completes_through_kwok_pods(control_plane: ControlPlane, namespace: str) -> None:
+    """A Job's Pod (template annotations apply) succeeds and the Job controller marks the Job Complete."""
+    cp = control_plane
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "once"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {"anarchon.test/run-seconds": "0.5"}},
+                "spec": pod_manifest("unused")["spec"],
+            },
+        },
+    }
+    create(cp, namespace, job)
+    cp.kubectl("wait", "-n", namespace, "--for=condition=Complete", "--timeout=60s", "job/once")
+    pods = get_json(cp, "pods", "-n", namespace, "-l", "job-name=once")["items"]
+    assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
