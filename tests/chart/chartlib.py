@@ -7,10 +7,12 @@ helm and kubeconform are built by ``e2e/controlplane/build.sh`` next to the cont
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,18 +29,31 @@ CONTROLPLANE_DIR = REPO / "e2e" / "controlplane"
 Manifest = dict[str, Any]
 
 
-def tool(name: str) -> Path:
-    """Path of ``helm`` or ``kubeconform`` in the control plane's bin dir; FAILS the test if missing.
-
-    Why fail, not skip: these checks are CI's only guard on the chart; a skipped check is no check.
-    """
+@functools.cache
+def _bin_dir() -> Path:
+    """The control plane's bin dir (asked of build.sh once; retried, since other work may be touching it)."""
     import sys
 
     if str(CONTROLPLANE_DIR) not in sys.path:
         sys.path.insert(0, str(CONTROLPLANE_DIR))
     from controlplane import bin_dir
 
-    path = bin_dir() / name
+    for attempt in range(3):
+        try:
+            return bin_dir()
+        except subprocess.CalledProcessError:
+            if attempt == 2:
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
+
+
+def tool(name: str) -> Path:
+    """Path of ``helm`` or ``kubeconform`` in the control plane's bin dir; FAILS the test if missing.
+
+    Why fail, not skip: these checks are CI's only guard on the chart; a skipped check is no check.
+    """
+    path = _bin_dir() / name
     if not os.access(path, os.X_OK):
         pytest.fail(
             f"{name} is missing in {path.parent}: build it with `bash e2e/controlplane/build.sh` "
