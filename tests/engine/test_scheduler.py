@@ -54,8 +54,14 @@ async def cluster(
 
     yield make
     for sched in made:
-        await sched.stop(handover=False)
-        await sched.backend.close()
+        try:
+            async with asyncio.timeout(30):
+                await sched.stop(handover=False)
+                await sched.backend.close()
+        except TimeoutError:
+            for task in asyncio.all_tasks():
+                task.print_stack(limit=12)
+            raise
 
 
 async def test_one_winner_per_slot_and_no_slot_lost(cluster, clock: ScaledClock, job_name: str) -> None:

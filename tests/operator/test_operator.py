@@ -141,5 +141,5 @@ def test_invalid_spec_gets_condition_and_event_and_others_keep_running(
     cond = next(c for c in job["status"]["conditions"] if c["type"] == "Invalid")
     assert "Mars/Olympus_Mons" in cond["message"]
     assert cluster.events("InvalidSpec")
-    cluster.wait(lambda: _phases(cluster, "good")["Succeeded"] >= 2, timeout=60, what="the good job to keep running")
+    cluster.wait(lambda: _phases(cluster, "good")["Succeeded"] >= 2, timeout=120, what="the good job to keep running")
     assert replicas.procs["replica-0"].poll() is None
