@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The test command (README: "Run the tests"); .ci/run calls it too.
+#
+# On a fresh machine it installs what the tests need, then runs everything against real
+# servers: Redis, PostgreSQL, NATS and RabbitMQ from Debian's packages (the tests start
+# their own private instances on loopback), and a Kubernetes control plane built from the
+# Go module proxy (cached outside the repo; the first build takes ~20-30 min on 2 cores).
+#
+#   bash tests/run.sh                 # lint, type-check, all tests
+#   bash tests/run.sh tests/engine    # extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+t0=$(date +%s)
+say() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - t0 ))"; }
+
+say "system packages"
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || command -v pg_ctlcluster >/dev/null || need+=(postgresql)
+command -v nats-server >/dev/null || need+=(nats-server)
+command -v rabbitmq-server >/dev/null || need+=(rabbitmq-server)
+command -v openssl >/dev/null || need+=(openssl)
+command -v kubectl >/dev/null || need+=(kubernetes-client)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+say "python packages"
+python3 -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "Running pip as the 'root' user" || true
+
+say "control plane binaries"
+if ! command -v go >/dev/null; then
+  echo "Go is needed to build the test control plane (kube-apiserver, KWOK) from the Go module proxy." >&2
+  echo "Install Go 1.22+ and run this again." >&2
+  exit 2
+fi
+bash e2e/controlplane/build.sh
+
+say "lint and types"
+ruff check .
+ruff format --check operator
+mypy
+
+say "tests"
+set +e
+python3 -m pytest -p no:cacheprovider -q --durations=15 "$@"
+rc=$?
+set -e
+say "done"
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$rc"
