@@ -204,6 +204,10 @@ class ControlPlane:
         Raises :class:`MissingBinariesError` if build.sh has not been run, and
         :class:`ControlPlaneError` (with the failing component's log tail) otherwise.
         Stops whatever it started if it fails.
+
+        Call it from a thread that lives as long as the control plane should (e.g. the main
+        thread): the components get the kernel's parent-death signal when the thread that
+        started them exits, which is what keeps a killed test run from leaving orphans.
         """
         missing = missing_binaries(self.bin_dir)
         if missing:
@@ -215,25 +219,37 @@ class ControlPlane:
             raise ControlPlaneError("the openssl CLI is needed to make the test CA: apt-get install openssl")
         t0 = time.monotonic()
         deadline = t0 + self.start_timeout
-        try:
-            self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=not self._own_run_dir)
-            (self.run_dir / "logs").mkdir(exist_ok=True)
-            # A reused run dir (``up --dir``) starts from an empty cluster, like a temp one.
-            shutil.rmtree(self.run_dir / "etcd", ignore_errors=True)
-            self._make_pki()
-            self._start_etcd(deadline)
-            self._start_apiserver(deadline)
-            self._write_kubeconfigs()
-            self._start_controllers()
-            self._create_nodes()
-            self._wait_ready(deadline)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, 4):
+            try:
+                self._start_once(deadline)
+                break
+            except ControlPlaneError as e:
+                self.stop()
+                # free_port() only probes: another process (e.g. a parallel test session) can take
+                # the port before the component binds it. Then start again on new ports.
+                if attempt < 3 and "address already in use" in str(e):
+                    continue
+                raise
+            except BaseException:
+                self.stop()
+                raise
         self._started = True
         self.start_seconds = time.monotonic() - t0
         self.version_info = self.versions()
         return self
+
+    def _start_once(self, deadline: float) -> None:
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=not self._own_run_dir)
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        # A reused run dir (``up --dir``) starts from an empty cluster, like a temp one.
+        shutil.rmtree(self.run_dir / "etcd", ignore_errors=True)
+        self._make_pki()
+        self._start_etcd(deadline)
+        self._start_apiserver(deadline)
+        self._write_kubeconfigs()
+        self._start_controllers()
+        self._create_nodes()
+        self._wait_ready(deadline)
 
     def stop(self) -> None:
         """Stop every component, newest first (etcd last, so the API server shuts down cleanly).
@@ -379,6 +395,7 @@ class ControlPlane:
         """CA, apiserver serving cert (127.0.0.1, localhost, kubernetes.default...), service-account key pair."""
         pki = self.run_dir / "pki"
         pki.mkdir(parents=True, exist_ok=True)
+        self._ssl = None  # a retried start makes a new CA: forget the context that trusts the old one
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         self._openssl(
             "req", "-x509", *ec, "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"), "-days", "7",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -371,3 +372,32 @@ def test_job_completes_through_kwok_pods(control_plane: ControlPlane, namespace:
     cp.kubectl("wait", "-n", namespace, "--for=condition=Complete", "--timeout=60s", "job/once")
     pods = get_json(cp, "pods", "-n", namespace, "-l", "job-name=once")["items"]
     assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
+
+
+def test_start_retries_when_a_probed_port_is_taken(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port taken between probe and bind (parallel sessions) costs a retry, not a failed session.
+
+    The port chooser is steered to hand the API server a port that a listener already holds.
+    """
+    import controlplane as cp_module
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        probes: list[int] = []
+        real_free_port = cp_module.free_port
+
+        def steered() -> int:
+            port = taken if len(probes) == 2 else real_free_port()  # etcd client, etcd peer, then apiserver
+            probes.append(port)
+            return port
+
+        monkeypatch.setattr(cp_module, "free_port", steered)
+        with ControlPlane(node_count=1, start_timeout=90) as second:
+            assert probes[2] == taken
+            assert not second.server.endswith(f":{taken}")
+            nodes = second.kubectl("get", "nodes", "-o", "name").stdout.split()
+            assert nodes == ["node/kwok-node-0"]
