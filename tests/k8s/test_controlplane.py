@@ -374,9 +374,7 @@ def test_job_completes_through_kwok_pods(control_plane: ControlPlane, namespace:
     assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
 
 
-def test_start_retries_when_a_probed_port_is_taken(
-    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_start_retries_when_a_probed_port_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """A port taken between probe and bind (parallel sessions) costs a retry, not a failed session.
 
     The port chooser is steered to hand the API server a port that a listener already holds.
