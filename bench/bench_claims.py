@@ -106,6 +106,9 @@ class Result:
     target_ratio: float | None = None
     target_p99_ms: float | None = None
     unavailable: str | None = None
+    contended: Timings | None = None  # --contenders: time until all K answered, per slot
+    contenders: int = 0
+    contended_note: str = ""
 
     @property
     def round_trips_ms(self) -> list[float]:
@@ -224,6 +227,44 @@ async def measure_delay(backend: Backend, result: Result, period_ms: int, slots:
         slot = schedule.next_after(slot)
 
 
+async def measure_contended(case: BenchCase, result: Result, contenders: int, slots: int) -> None:
+    """``contenders`` instances (own connections) claim each slot at the same moment.
+
+    That is the normal case in production: every instance computes the same slot and, with
+    jitter 0, claims it at once. Exactly one must win; the time is until all have their
+    answer, which is how long the losers wait to learn that they lost.
+    """
+    if case.make_backend is None:
+        result.contended_note = "case gives no make_backend"
+        return
+    backends = [case.make_backend() for _ in range(contenders)]
+    await asyncio.gather(*(b.setup() for b in backends))
+    timings = Timings()
+    clock = SystemClock()
+    job = f"bench-contended-{uuid.uuid4().hex[:8]}"
+    try:
+        for slot in range(slots + 10):
+            now = clock.now_ms()
+            requests = [
+                ClaimRequest(job, slot, f"i{n}", new_token(), now, LEASE_MS, Overlap.SKIP) for n in range(contenders)
+            ]
+            started = time.perf_counter()
+            results = await asyncio.gather(*(b.claim(r) for b, r in zip(backends, requests, strict=True)))
+            elapsed = time.perf_counter() - started
+            winners = [n for n, r in enumerate(results) if r.won]
+            if len(winners) != 1:
+                raise RuntimeError(f"{job}: slot {slot} had {len(winners)} winners")
+            if slot >= 10:
+                timings.samples.append(elapsed)
+            backend = backends[winners[0]]
+            if isinstance(backend, LeaseBackend):
+                await backend.finish(job, slot, requests[winners[0]].token, clock.now_ms(), RunState.SUCCESS)
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+    result.contended = timings
+    result.contenders = contenders
+
+
 @contextlib.asynccontextmanager
 async def open_case(name: str) -> AsyncIterator[BenchCase]:
     module = importlib.import_module(f"bench.cases.{name}")
@@ -251,6 +292,9 @@ async def bench_one(name: str, args: argparse.Namespace) -> Result:
                 flush=True,
             )
             await measure_delay(case.backend, result, parse_duration(args.period), args.slots, warmup=10)
+            if args.contenders > 1:
+                print(f"[{name}] contended: {args.contenders} instances x {args.slots} slots ...", file=sys.stderr)
+                await measure_contended(case, result, args.contenders, args.slots)
     except (CaseUnavailable, ImportError) as exc:
         result.unavailable = str(exc)
     return result
@@ -302,6 +346,16 @@ def report(results: list[Result]) -> str:
             f" {_fmt(percentile(r.wakes_ms, 0.5), '.2f') + '/' + _fmt(percentile(r.wakes_ms, 0.99), '.2f'):>12}"
             f" {_fmt(percentile(r.round_trips_ms, 0.99), '.2f'):>6}"
         )
+    for r in results:
+        if r.contended is not None:
+            c = r.contended
+            lines.append(
+                f"{r.name:<10} contended: {r.contenders} instances claim each slot at once:"
+                f" {_fmt(c.ops_per_s)} slots/s, all answered in p50 {_fmt(percentile(c.samples, 0.5) * 1e3, '.2f')}"
+                f" / p99 {_fmt(percentile(c.samples, 0.99) * 1e3, '.2f')} ms, one winner each"
+            )
+        elif r.contended_note:
+            lines.append(f"{r.name:<10} contended: not measured ({r.contended_note})")
     targets = sorted(
         {f"{r.name}: ratio ≥ {r.target_ratio}" for r in results if r.target_ratio is not None and not r.unavailable}
         | {f"{r.name}: delay p99 ≤ {r.target_p99_ms} ms" for r in results if r.target_p99_ms and not r.unavailable}
@@ -334,6 +388,7 @@ def to_json(results: list[Result]) -> list[dict[str, Any]]:
                 },
                 "wake_ms": {"p50": percentile(r.wakes_ms, 0.5), "p99": percentile(r.wakes_ms, 0.99)},
                 "round_trip_ms_p99": percentile(r.round_trips_ms, 0.99),
+                "contended": None if r.contended is None else {"instances": r.contenders, **r.contended.summary()},
             }
         out.append(item)
     return out
@@ -355,6 +410,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=200, help="untimed operations of each kind first")
     parser.add_argument("--slots", type=int, default=250, help="slots measured for the delay (default 250)")
     parser.add_argument("--period", default="50ms", help="period of the delay loop's schedule (default 50ms)")
+    parser.add_argument(
+        "--contenders",
+        type=int,
+        default=0,
+        help="also let this many instances claim each of --slots slots at once (default: off)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
     names = [b.strip() for b in args.backends.split(",") if b.strip()]

@@ -44,3 +44,6 @@ class BenchCase:
     raw_label: str
     target_ratio: float | None = 0.5  # claims/s ÷ raw ops/s should reach this (issue 2)
     target_p99_ms: float | None = None  # slot→claim delay p99 target, if the store has one
+    # Another, not yet set-up backend on the same store, as another instance would have; it
+    # enables --contenders. The benchmark sets up and closes what it makes.
+    make_backend: Callable[[], Backend] | None = None

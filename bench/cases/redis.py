@@ -21,7 +21,8 @@ async def case() -> AsyncIterator[BenchCase]:
     except ServerBinaryMissing as exc:
         raise CaseUnavailable(str(exc)) from exc
     with server:
-        backend = RedisBackend(server.url, prefix=f"bench-{uuid.uuid4().hex[:8]}")
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        backend = RedisBackend(server.url, prefix=prefix)
         await backend.setup()
         client = backend.client
         raw_prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
@@ -31,6 +32,12 @@ async def case() -> AsyncIterator[BenchCase]:
             return await client.set(f"{raw_prefix}{i}", "1", nx=True, px=600_000)
 
         try:
-            yield BenchCase(backend=backend, raw=raw, raw_label="SET NX PX", target_p99_ms=5.0)
+            yield BenchCase(
+                backend=backend,
+                raw=raw,
+                raw_label="SET NX PX",
+                target_p99_ms=5.0,
+                make_backend=lambda: RedisBackend(server.url, prefix=prefix),
+            )
         finally:
             await backend.close()

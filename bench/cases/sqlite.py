@@ -41,7 +41,9 @@ async def case() -> AsyncIterator[BenchCase]:
                 return await asyncio.to_thread(insert, i)
 
         try:
-            yield BenchCase(backend=backend, raw=raw, raw_label="INSERT OR IGNORE")
+            yield BenchCase(
+                backend=backend, raw=raw, raw_label="INSERT OR IGNORE", make_backend=lambda: SqliteBackend(path)
+            )
         finally:
             await backend.close()
             conn.close()
