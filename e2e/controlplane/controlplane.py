@@ -285,6 +285,16 @@ class ControlPlane:
             raise ControlPlaneError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr}{res.stdout}")
         return res
 
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for a child process (e.g. the operator under test) that should use this cluster.
+
+        A copy of ``base`` (default: os.environ) with KUBECONFIG set to the admin kubeconfig;
+        the test process's own environment is not changed.
+        """
+        env = dict(os.environ if base is None else base)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        return env
+
     def api(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
         """One JSON request to the API server as admin (or with ``token``); returns the decoded body.
 
