@@ -6,14 +6,17 @@ helm and kubeconform are built by ``e2e/controlplane/build.sh`` next to the cont
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +242,39 @@ def kubeconform(
         ],
         check=False,
     )
+
+
+# ------------------------------------------------------------------------------------------- operator
+
+
+@contextlib.contextmanager
+def operator_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m anarchon operator`` authenticated with ``kubeconfig``; stopped (SIGTERM, then SIGKILL) after."""
+    from controlplane import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
+    env["KUBECONFIG"] = str(kubeconfig)  # for kopf's own login too, not only the operator's client
+    cmd = [
+        sys.executable,
+        "-m",
+        "anarchon",
+        "operator",
+        f"--kubeconfig={kubeconfig}",
+        f"--metrics-port={free_port()}",
+        f"--health-port={free_port()}",
+        "--log-format=plain",
+        *args,
+    ]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

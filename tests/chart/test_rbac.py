@@ -8,24 +8,19 @@ Access is checked with SelfSubjectAccessReviews sent with the ServiceAccount's o
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 import urllib.error
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from controlplane import ControlPlane, free_port
+from controlplane import ControlPlane
 
-from tests.chart.chartlib import REPO, Manifest, manifests, render
+from tests.chart.chartlib import Manifest, manifests, operator_process, render
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
@@ -270,37 +265,6 @@ def test_real_requests_with_the_token(cluster_wide: Installed) -> None:
 
 
 # --------------------------------------------------------------------------- the real operator
-
-
-@contextlib.contextmanager
-def operator_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m anarchon operator`` authenticated with ``kubeconfig``; stopped (SIGTERM, then SIGKILL) after."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
-    env["KUBECONFIG"] = str(kubeconfig)  # for kopf's own login too, not only the operator's client
-    cmd = [
-        sys.executable,
-        "-m",
-        "anarchon",
-        "operator",
-        f"--kubeconfig={kubeconfig}",
-        f"--metrics-port={free_port()}",
-        f"--health-port={free_port()}",
-        "--log-format=plain",
-        *args,
-    ]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
 
 JOB = """
