@@ -1,0 +1,114 @@
+"""Store outages under a running scheduler: logged retries, no crash, nothing marked done that did not run.
+
+Each test owns its server (the session's shared servers must not be killed under other tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from anarchon.engine import RunContext, RunState, ScaledClock, Scheduler
+from anarchon.engine.backends import from_url
+from tests.servers.postgres import PostgresServer
+from tests.servers.redis import RedisServer
+
+from .harness import Calls, Recorder, wait_for
+
+
+class Errors(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.store_errors: list[str] = []
+        self.heartbeat_errors: list[str] = []
+
+    def store_error(self, operation: str, job: str, error: str) -> None:
+        self.store_errors.append(operation)
+
+    def heartbeat_failed(self, job: str, slot: int, error: str) -> None:
+        self.heartbeat_errors.append(error)
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def private_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    server: Any = RedisServer() if request.param == "redis" else PostgresServer()
+    try:
+        server.start()
+    except Exception as exc:  # a missing binary is a failure, never a skip
+        pytest.fail(f"{request.param} server did not start: {exc}")
+    yield server
+    server.stop()
+
+
+def _backend(server: Any) -> Any:
+    """Short socket timeouts for Redis, so that a frozen server turns into errors quickly."""
+    if isinstance(server, RedisServer):
+        return from_url(server.url, socket_timeout_s=0.5)
+    return from_url(server.url)
+
+
+async def _outage(server: Any, seconds: float) -> None:
+    """Redis is frozen (SIGSTOP: a store that hangs; the test server keeps no data on disk,
+    so a restart would also be a data loss); PostgreSQL is killed and restarted (a crash)."""
+    if isinstance(server, RedisServer):
+        await asyncio.to_thread(server.pause)
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(server.resume)
+    else:
+        await asyncio.to_thread(server.kill)
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(server.restart)
+
+
+async def test_scheduler_survives_a_store_outage(private_server: Any, job_name: str) -> None:
+    clock = ScaledClock(10.0)
+    listener = Errors()
+    calls = Calls(clock)
+    sched = Scheduler(_backend(private_server), instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1s", calls.handler(), jitter=0, heartbeat="1s")
+    await sched.start()
+    try:
+        await wait_for(lambda: len(calls.calls) >= 3, what="runs before the outage")
+        before = len(calls.calls)
+        await _outage(private_server, 2.0)  # 20 fake seconds without a store
+        await wait_for(lambda: len(calls.calls) >= before + 3, timeout_s=60, what="runs after the outage")
+        assert listener.store_errors, "the outage must be seen and logged"
+        for task in sched.jobs[job_name]._main:
+            assert not task.done(), "the job's loops must survive the outage"
+        history = await sched.history(job_name, limit=500)
+        ran = {c.slot for c in calls.calls}
+        done = {r.slot for r in history if r.state is RunState.SUCCESS}
+        assert done <= ran, f"marked successful without running: {sorted(done - ran)[:5]}"
+    finally:
+        await sched.stop()
+        await sched.backend.close()
+
+
+async def test_runner_that_loses_the_store_past_its_lease_stops(private_server: Any, job_name: str) -> None:
+    """A runner that cannot heartbeat for longer than its lease must assume it was replaced."""
+    clock = ScaledClock(10.0)
+    listener = Errors()
+    calls = Calls(clock)
+
+    async def long(ctx: RunContext) -> None:
+        await clock.sleep(120_000)
+
+    sched = Scheduler(_backend(private_server), instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(long), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await sched.trigger(job_name)
+        await wait_for(lambda: len(calls.calls) == 1, what="the run to start")
+        await _outage(private_server, 1.5)  # 15 fake seconds: far past the 3 s lease
+        await wait_for(lambda: calls.calls[0].stop_reason is not None, timeout_s=30, what="the runner to stop")
+        assert calls.calls[0].stop_reason == "lease lost"
+        assert listener.heartbeat_errors
+        # The run is not marked done: a backup (here, the same instance) takes the next attempt.
+        await wait_for(lambda: len(calls.calls) == 2, timeout_s=30, what="attempt 2")
+        assert calls.calls[1].attempt == 2
+    finally:
+        await sched.stop(handover=False)
+        await sched.backend.close()
