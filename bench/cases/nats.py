@@ -30,6 +30,8 @@ async def case() -> AsyncIterator[BenchCase]:
             return await js.publish(subject, b'{"raw": true}', stream=backend.stream)
 
         try:
-            yield BenchCase(backend=backend, raw=raw, raw_label="JS publish")
+            yield BenchCase(
+                backend=backend, raw=raw, raw_label="JS publish", make_backend=lambda: NatsBackend(server.url)
+            )
         finally:
             await backend.close()

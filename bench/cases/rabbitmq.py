@@ -28,7 +28,8 @@ async def case() -> AsyncIterator[BenchCase]:
     except ServerBinaryMissing as exc:
         raise CaseUnavailable(str(exc)) from exc
     with server:
-        backend = RabbitMQBackend(server.url, queue_prefix=f"bench-{uuid.uuid4().hex[:8]}")
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        backend = RabbitMQBackend(server.url, queue_prefix=prefix)
         await backend.setup()
         channel = await backend.connection.channel(publisher_confirms=True)
         queue = await channel.declare_queue(f"bench-raw-{uuid.uuid4().hex[:8]}", durable=True)
@@ -39,7 +40,12 @@ async def case() -> AsyncIterator[BenchCase]:
             return await channel.default_exchange.publish(message, routing_key=queue.name)
 
         try:
-            yield BenchCase(backend=backend, raw=raw, raw_label="confirmed publish")
+            yield BenchCase(
+                backend=backend,
+                raw=raw,
+                raw_label="confirmed publish",
+                make_backend=lambda: RabbitMQBackend(server.url, queue_prefix=prefix),
+            )
         finally:
             await channel.close()
             await backend.close()

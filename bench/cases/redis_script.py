@@ -21,7 +21,8 @@ async def case() -> AsyncIterator[BenchCase]:
     except ServerBinaryMissing as exc:
         raise CaseUnavailable(str(exc)) from exc
     with server:
-        backend = RedisScriptBackend("redis+script" + server.url.removeprefix("redis"), ttl_ms=600_000)
+        url = "redis+script" + server.url.removeprefix("redis")
+        backend = RedisScriptBackend(url, ttl_ms=600_000)
         await backend.setup()
         client = backend.redis
         raw_prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
@@ -31,6 +32,11 @@ async def case() -> AsyncIterator[BenchCase]:
             return await client.set(f"{raw_prefix}{i}", "1", nx=True, px=600_000)
 
         try:
-            yield BenchCase(backend=backend, raw=raw, raw_label="SET NX PX")
+            yield BenchCase(
+                backend=backend,
+                raw=raw,
+                raw_label="SET NX PX",
+                make_backend=lambda: RedisScriptBackend(url, ttl_ms=600_000),
+            )
         finally:
             await backend.close()

@@ -21,7 +21,8 @@ async def case() -> AsyncIterator[BenchCase]:
     except ServerBinaryMissing as exc:
         raise CaseUnavailable(str(exc)) from exc
     with server:
-        backend = RedisStreamBackend("redis+stream" + server.url.removeprefix("redis"), ttl_ms=600_000)
+        url = "redis+stream" + server.url.removeprefix("redis")
+        backend = RedisStreamBackend(url, ttl_ms=600_000)
         await backend.setup()
         client = backend.redis
         raw_prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
@@ -32,6 +33,11 @@ async def case() -> AsyncIterator[BenchCase]:
             return await client.xadd(f"{raw_prefix}{i}", {"token": "t"}, id=f"{i + 1}-1")
 
         try:
-            yield BenchCase(backend=backend, raw=raw, raw_label="XADD <id>")
+            yield BenchCase(
+                backend=backend,
+                raw=raw,
+                raw_label="XADD <id>",
+                make_backend=lambda: RedisStreamBackend(url, ttl_ms=600_000),
+            )
         finally:
             await backend.close()
