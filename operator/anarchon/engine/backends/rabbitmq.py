@@ -42,10 +42,12 @@ Clean-up and the claim window
 Operational limits
     One queue per run: a job every 10 s keeps 360 small queues with the default window. Do
     not apply policies (``max-length``, ``overflow``, ``expires``, queue type) to queues
-    matching the prefix and never consume from them. Tested on RabbitMQ 3.10; classic
-    queues are used explicitly since quorum queues of that version do not support
-    ``reject-publish`` in every release. In a cluster a classic queue lives on one node: while
-    that node is down, claims of that slot fail rather than produce a second winner.
+    matching the prefix and never consume from them. The queue type is set to ``classic``
+    explicitly: the guarantee rests on the classic queue process checking the length of
+    each publish in turn, and a server-wide default queue type (newer RabbitMQ versions have
+    one) must not turn the claim queues into another type. Tested on RabbitMQ 3.10.8. In a
+    cluster a classic queue lives on one node: while that node is down, claims of that slot
+    fail rather than produce a second winner.
 
 There is no lease (``capabilities.leases`` is False): no backups, takeover, overlap
 protection, catch-up or hand-over.
