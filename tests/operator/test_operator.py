@@ -12,11 +12,11 @@ import pytest
 from .conftest import Cluster, Replicas, job_manifest
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite://{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 def _phases(cluster: Cluster, job: str) -> Counter[str]:

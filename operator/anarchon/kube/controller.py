@@ -169,15 +169,33 @@ class JobController:
         await self._enforce_history(spec, items, phase)
 
     async def _enforce_history(self, spec: JobSpec, items: list[dict[str, Any]], phase: dict[str, Any]) -> None:
-        """Keep the newest N successful and M failed runs; their Pods go with them (GC)."""
-        ok = [r for r in items if phase[r["metadata"]["name"]] in ("Succeeded", "Skipped")]
-        bad = [
-            r
-            for r in items
-            if phase[r["metadata"]["name"]] in ("Failed", "Interrupted")
-            and not self._still_active(spec, int(r["spec"]["slot"]))
-        ]
-        doomed = ok[: max(0, len(ok) - spec.successful_history)] + bad[: max(0, len(bad) - spec.failed_history)]
+        """Keep the newest N successful, N skipped and M failed runs; their Pods go with them (GC).
+
+        Skipped runs have a bucket of their own: a long job on a short period skips many
+        slots, and they must not push the successful runs out of the history.
+        """
+
+        def done(r: dict[str, Any]) -> bool:
+            # An Interrupted run without a finish time is between attempts: not history yet.
+            status = r.get("status") or {}
+            return status.get("phase") != "Interrupted" or bool(status.get("finishTime"))
+
+        def of(*phases: str) -> list[dict[str, Any]]:
+            return [
+                r
+                for r in items
+                if phase[r["metadata"]["name"]] in phases
+                and done(r)
+                and not self._still_active(spec, int(r["spec"]["slot"]))
+            ]
+
+        doomed: list[dict[str, Any]] = []
+        for bucket, keep in (
+            (of("Succeeded"), spec.successful_history),
+            (of("Skipped"), spec.successful_history),
+            (of("Failed", "Interrupted"), spec.failed_history),
+        ):
+            doomed += bucket[: max(0, len(bucket) - keep)]
         for r in doomed:
             await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
         if doomed and isinstance(self.scheduler.backend, LeaseBackend):

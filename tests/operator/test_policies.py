@@ -1,0 +1,237 @@
+"""Operator policies end to end: overlap, suspend, catch-up, fencing, history, time zones, metrics."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from .conftest import REPO, Cluster, Replicas, job_manifest
+
+
+def _phases(cluster: Cluster, job: str) -> Counter[str]:
+    return Counter((r.get("status") or {}).get("phase") for r in cluster.runs(job))
+
+
+def _live_pods(cluster: Cluster, job: str) -> list[dict]:
+    return [
+        p
+        for p in cluster.pods(f"anarchon.io/job={job}")
+        if p["status"].get("phase") in ("Pending", "Running") and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def test_overlap_skip_records_skipped_runs(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    cluster.apply(
+        job_manifest(
+            "skipper", every="2s", annotations={"anarchon.test/run-seconds": "5"}, successfulRunsHistoryLimit=20
+        )
+    )
+    max_live = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and _phases(cluster, "skipper")["Skipped"] < 2:
+        max_live = max(max_live, len(_live_pods(cluster, "skipper")))
+        time.sleep(0.5)
+    phases = _phases(cluster, "skipper")
+    assert phases["Skipped"] >= 2, phases
+    assert max_live <= 1
+    skipped = next(r for r in cluster.runs("skipper") if r["status"]["phase"] == "Skipped")
+    assert "still active" in skipped["status"]["message"]
+    assert cluster.events("Skipped")
+
+
+def test_overlap_allow_runs_side_by_side(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("together", every="2s", overlap="Allow", annotations={"anarchon.test/run-seconds": "6"}))
+    cluster.wait(lambda: len(_live_pods(cluster, "together")) >= 2, timeout=90, what="two runs at once")
+    assert _phases(cluster, "together")["Skipped"] == 0
+
+
+def test_overlap_replace_stops_the_older_run(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    cluster.apply(
+        job_manifest(
+            "replacer",
+            every="3s",
+            overlap="Replace",
+            annotations={"anarchon.test/run-seconds": "-1"},
+            failedRunsHistoryLimit=10,
+        )
+    )
+
+    def replaced() -> list[dict]:
+        return [
+            r
+            for r in cluster.runs("replacer")
+            if r.get("status", {}).get("phase") == "Interrupted" and "replaced" in r["status"].get("message", "")
+        ]
+
+    cluster.wait(lambda: len(replaced()) >= 2, timeout=90, what="two replaced runs")
+    time.sleep(2)
+    assert len(_live_pods(cluster, "replacer")) <= 1
+    assert cluster.events("Replaced")
+
+
+def test_suspend_and_resume(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("sleepy", every="1s", suspend=True))
+    time.sleep(8)
+    assert cluster.runs("sleepy") == []
+    job = cluster.get("anarchonjob", "sleepy")
+    ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Suspended")
+    cluster.kubectl("patch", "anarchonjob", "sleepy", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    cluster.wait(lambda: _phases(cluster, "sleepy")["Succeeded"] >= 2, timeout=60, what="runs after resume")
+
+
+def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0")
+    replicas.start("replica-1")
+    cluster.apply(
+        job_manifest("catcher", every="3s", catchUp={"policy": "All", "window": "1h"}, successfulRunsHistoryLimit=50)
+    )
+    cluster.wait(lambda: _phases(cluster, "catcher")["Succeeded"] >= 1, timeout=60, what="a first run")
+    cluster.wait(
+        lambda: not [r for r in cluster.runs("catcher") if r["status"].get("phase") == "Running"],
+        timeout=30,
+        what="no run in flight",
+    )
+    replicas.kill("replica-0", signal.SIGTERM)
+    replicas.kill("replica-1", signal.SIGTERM)
+    down_from = max(int(r["spec"]["slot"]) for r in cluster.runs("catcher"))
+    time.sleep(10)  # 3 or more slots pass with nobody up
+    replicas.start("replica-2")
+    cluster.wait(
+        lambda: (
+            len(
+                [
+                    r
+                    for r in cluster.runs("catcher")
+                    if int(r["spec"]["slot"]) > down_from and r["status"].get("phase") == "Succeeded"
+                ]
+            )
+            >= 3
+        ),
+        timeout=90,
+        what="the missed slots to be caught up",
+    )
+    slots = sorted(int(r["spec"]["slot"]) for r in cluster.runs("catcher"))
+    assert all(b - a == 3000 for a, b in zip(slots, slots[1:], strict=False)), "every slot once, none lost"
+
+
+def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    cluster.apply(job_manifest("frozen", every="1h", annotations={"anarchon.test/run-seconds": "25"}))
+    time.sleep(3)
+    cluster.kubectl("annotate", "--overwrite", "anarchonjob", "frozen", "anarchon.io/trigger=1800000000000")
+    run = cluster.wait(
+        lambda: [r for r in cluster.runs("frozen") if r.get("status", {}).get("phase") == "Running"],
+        timeout=60,
+        what="a running run",
+    )[0]
+    runner = run["status"]["instance"]
+    replicas.kill(runner, signal.SIGSTOP)
+    taken = cluster.wait(
+        lambda: [r for r in cluster.runs("frozen") if r["status"].get("attempt", 0) >= 2], timeout=60, what="attempt 2"
+    )[0]
+    assert taken["status"]["podName"] == run["status"]["podName"]
+    replicas.kill(runner, signal.SIGCONT)
+    cluster.wait(lambda: "fenced" in replicas.log(runner), timeout=30, what="the woken runner to be fenced")
+    cluster.wait(lambda: _phases(cluster, "frozen")["Succeeded"] == 1, timeout=60, what="the run to succeed")
+    final = cluster.runs("frozen")[0]["status"]
+    assert final["attempt"] == 2 and final["instance"] != runner
+    assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1
+
+
+def test_history_limits_delete_old_runs_and_pods(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("short", every="1s", successfulRunsHistoryLimit=2, failedRunsHistoryLimit=0))
+    cluster.wait(lambda: _phases(cluster, "short")["Succeeded"] >= 2, timeout=60, what="runs")
+    time.sleep(8)
+    phases = _phases(cluster, "short")
+    assert phases["Succeeded"] <= 3, phases  # the limit, plus at most one finishing right now
+    job = cluster.get("anarchonjob", "short")
+    assert job["status"]["lastSuccessfulTime"]
+    cluster.wait(
+        lambda: len(cluster.pods("anarchon.io/job=short")) <= 4,
+        timeout=60,
+        what="old Pods to be garbage-collected with their runs",
+    )
+
+
+def test_cron_with_time_zone(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("zoned", every=None, cron="*/3 * * * * *", tz="Asia/Kolkata"))
+    cluster.wait(lambda: _phases(cluster, "zoned")["Succeeded"] >= 2, timeout=60, what="cron runs")
+    slots = [int(r["spec"]["slot"]) for r in cluster.runs("zoned")]
+    assert all(s % 3000 == 0 for s in slots)
+    job = cluster.get("anarchonjob", "zoned")
+    assert job["status"]["nextScheduleTime"].endswith("Z")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_metrics_and_liveness_endpoints(cluster: Cluster, control_plane, namespace: str, tmp_path: Path) -> None:
+    metrics, health = _free_port(), _free_port()
+    env = {"PYTHONPATH": f"{REPO / 'operator'}:{REPO}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "anarchon",
+            "operator",
+            "--store",
+            f"sqlite://{tmp_path / 's.db'}",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "-n",
+            namespace,
+            "--instance-id",
+            "metrics-0",
+            "--metrics-port",
+            str(metrics),
+            "--health-port",
+            str(health),
+        ],
+        stdout=open(tmp_path / "op.log", "wb"),
+        stderr=subprocess.STDOUT,
+        env=env,  # noqa: SIM115
+    )
+    try:
+        cluster.apply(job_manifest("measured", every="1s"))
+        cluster.wait(lambda: _phases(cluster, "measured")["Succeeded"] >= 2, timeout=60, what="runs")
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as rsp:
+                return rsp.read().decode()
+
+        text = cluster.wait(lambda: "anarchon_runs_total" in (t := scrape()) and t, timeout=30, what="metrics")
+        assert 'anarchon_claims_total{result="won"}' in text
+        assert "anarchon_slot_claim_skew_seconds_bucket" in text
+        assert 'anarchon_runs_total{outcome="Success"}' in text
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5) as rsp:
+            assert rsp.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
