@@ -46,10 +46,11 @@ def build_registry(
     async def login(**_: Any) -> kopf.ConnectionInfo:
         """Give kopf the credentials our own client resolved (kubeconfig or in-cluster)."""
         cfg = kube.api.configuration
-        keys = cfg.api_key or {}
-        scheme, _, token = str(keys.get("BearerToken") or keys.get("authorization") or "").partition(" ")
+        keys: dict[str, str] = dict(cfg.api_key or {})
+        bearer = keys.get("BearerToken") or keys.get("authorization") or ""
+        scheme, _, token = bearer.partition(" ")
         return kopf.ConnectionInfo(
-            server=cfg.host,
+            server=str(cfg.host),
             ca_path=cfg.ssl_ca_cert,
             insecure=not cfg.verify_ssl,
             scheme=scheme or None,
