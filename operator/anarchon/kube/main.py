@@ -48,7 +48,7 @@ def build_registry(
         cfg = kube.api.configuration
         keys: dict[str, str] = dict(cfg.api_key or {})
         bearer = keys.get("BearerToken") or keys.get("authorization") or ""
-        scheme, _, token = bearer.partition(" ")
+        scheme, _sep, token = bearer.partition(" ")
         return kopf.ConnectionInfo(
             server=str(cfg.host),
             ca_path=cfg.ssl_ca_cert,
