@@ -52,6 +52,7 @@ class NatsServer:
         self.startup_timeout_s = startup_timeout_s
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._watcher: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -71,9 +72,11 @@ class NatsServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self._dir,
+                start_new_session=True,  # its own group, for the watchdog
             )
         finally:
             log.close()
+        self._watcher = _watch(os.getpid(), self._proc.pid)
         self._wait_ready()
         return self
 
@@ -103,8 +106,15 @@ class NatsServer:
             time.sleep(0.05)
         raise RuntimeError(f"nats-server on port {self.port} did not answer:\n{self._log_tail()}")
 
+    def _stop_watcher(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.kill()
+            watcher.wait(timeout=10)
+
     def kill(self) -> None:
         """Die at once, as on a crash (the store directory stays)."""
+        self._stop_watcher()
         if self._proc is None:
             return
         if self._proc.poll() is None:
@@ -120,6 +130,7 @@ class NatsServer:
 
     def stop(self) -> None:
         """Stop the server and delete its directory; safe to call twice."""
+        self._stop_watcher()
         if self._proc is not None:
             if self._proc.poll() is None:
                 self._proc.terminate()
@@ -140,6 +151,21 @@ class NatsServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _watch(owner_pid: int, group: int) -> subprocess.Popen[bytes]:
+    """A tiny watchdog that kills the server if ``owner_pid`` dies without cleaning up.
+
+    A test run killed by SIGKILL, or SIGTERM from ``timeout``, never reaches the fixture's
+    teardown. The watchdog is in a session of its own; a normal stop kills it first.
+    """
+    return subprocess.Popen(
+        ["sh", "-c", f"while kill -0 {owner_pid} 2>/dev/null; do sleep 2; done; kill -KILL -{group} 2>/dev/null"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def start_or_fail(**kwargs: object) -> NatsServer:

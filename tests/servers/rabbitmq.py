@@ -66,6 +66,7 @@ class RabbitMQServer:
         self.startup_timeout_s = startup_timeout_s
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._watcher: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -113,6 +114,7 @@ class RabbitMQServer:
             )
         finally:
             log.close()
+        self._watcher = _watch(os.getpid(), self._proc.pid, self._env())
         self._wait_ready()
         return self
 
@@ -160,6 +162,10 @@ class RabbitMQServer:
 
     def _kill_node(self) -> None:
         """Stop the node: politely via rabbitmqctl, then its whole process group."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.kill()
+            watcher.wait(timeout=10)
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -199,6 +205,30 @@ class RabbitMQServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _watch(owner_pid: int, group: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A tiny watchdog that kills the node's process group and its epmd if ``owner_pid`` dies.
+
+    A test run killed without clean-up (SIGKILL, or SIGTERM from ``timeout``) would otherwise
+    leave a 200 MB Erlang VM and an epmd behind. The watchdog is in a session of its own, so
+    a normal stop kills it first and then the group.
+    """
+    epmd = shutil.which("epmd") or "epmd"
+    script = (
+        f"while kill -0 {owner_pid} 2>/dev/null; do sleep 2; done;"
+        f" kill -KILL -{group} 2>/dev/null;"
+        # epmd refuses -kill while the dead node is still registered; that takes a moment.
+        f" for i in 1 2 3 4 5; do sleep 1; {epmd} -kill >/dev/null 2>&1 && break; done"
+    )
+    return subprocess.Popen(
+        ["sh", "-c", script],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def start_or_fail(**kwargs: object) -> RabbitMQServer:
