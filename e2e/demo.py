@@ -234,14 +234,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     cp.api("POST", "/api/v1/namespaces", namespace_obj)
             for i in range(1, args.replicas + 1):
                 replicas.append(start_replica(cp, i, store, None))
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120  # a busy 2-core machine can take a while to import kopf 3 times
             while not all(healthy(r) for r in replicas):
                 for r in replicas:
                     if not r.alive():
                         say(f"{r.instance} exited with {r.proc.returncode}; last lines of {r.log}:\n{r.tail()}")
                         return 1
                 if time.monotonic() > deadline or stop.is_set():
-                    say("the replicas did not become healthy in 60s" if not stop.is_set() else "stopped")
+                    say("the replicas did not become healthy in 120s" if not stop.is_set() else "stopped")
                     return 1
                 time.sleep(0.3)
             for r in replicas:
