@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .model import ClaimResult, Overlap, Run, RunState
+from .model import ClaimOutcome, ClaimResult, Overlap, Run, RunState
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,13 @@ class Backend(ABC):
     @abstractmethod
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         """Atomically claim a run; exactly one concurrent caller gets ``won``."""
+
+    def require_window(self, needed_ms: int) -> None:  # noqa: B027 - optional hook
+        """Refuse (ConfigError) if contenders ``needed_ms`` apart could both win.
+
+        Lease stores keep every claim, so any spread is fine. Claim-only stores that forget
+        a claim after a while (a TTL, a de-duplication window) override this.
+        """
 
     async def __aenter__(self) -> Backend:
         await self.setup()
@@ -139,3 +146,19 @@ class LeaseBackend(Backend):
     @abstractmethod
     async def prune(self, job: str, before_slot: int) -> int:
         """Delete final runs of ``job`` older than ``before_slot``; returns how many."""
+
+
+def claim_only_win(request: ClaimRequest) -> ClaimResult:
+    """The winner's answer from a claim-only store: a run built from the request, no lease."""
+    run = Run(
+        job=request.job,
+        slot=request.slot,
+        state=RunState.CLAIMED,
+        attempt=1,
+        instance=request.instance,
+        token=request.token,
+        lease_until_ms=0,
+        created_ms=request.now_ms,
+        updated_ms=request.now_ms,
+    )
+    return ClaimResult(ClaimOutcome.WON, run)

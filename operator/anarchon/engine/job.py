@@ -78,6 +78,10 @@ class RunContext:
 Handler = Callable[[RunContext], Awaitable[None]]
 
 
+#: How far apart the clocks of two instances may be, as far as claim windows are concerned.
+CLOCK_SKEW_MARGIN_MS = 5_000
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """Policies of a job. ``None`` means "the default for the store in use".
@@ -158,6 +162,12 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
                 + "; ".join(refused)
                 + ". Use a lease store (sqlite, redis, postgresql) or drop these settings."
             )
+    if not leases:
+        # Every contender of one slot must arrive while the store still remembers the claim:
+        # the jitter, the claim's retries (up to the starting deadline, else 30 s) and a
+        # margin for clock skew between instances.
+        retries = options.starting_deadline_ms if options.starting_deadline_ms is not None else max(lease_ms, 30_000)
+        backend.require_window(options.jitter_ms + retries + CLOCK_SKEW_MARGIN_MS)
     overlap = options.overlap or (Overlap.SKIP if leases else Overlap.ALLOW)
     return ResolvedOptions(
         jitter_ms=options.jitter_ms,

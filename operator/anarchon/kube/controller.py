@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import ConfigError, Job, LeaseBackend, RunState, Scheduler
+from ..engine import ConfigError, Job, LeaseBackend, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
@@ -216,10 +216,8 @@ class JobController:
     async def _manual(self, spec: JobSpec, key: str, trigger: str) -> None:
         slot = parse_trigger(trigger)
         if slot is None:
-            await self.events.post(
-                namespace=spec.namespace,
-                name=spec.name,
-                uid=spec.uid,
+            await self.events.about(
+                spec,
                 reason="BadTrigger",
                 message=f"annotation {TRIGGER_ANNOTATION}={trigger!r} is not a time",
                 warning=True,
@@ -227,10 +225,8 @@ class JobController:
             return
         result = await self.scheduler.trigger(key, slot)
         if result.won:
-            await self.events.post(
-                namespace=spec.namespace,
-                name=spec.name,
-                uid=spec.uid,
+            await self.events.about(
+                spec,
                 reason="Triggered",
                 message=f"manual run {run_name(spec.name, slot)} claimed by {self.scheduler.instance_id}",
             )
@@ -269,54 +265,33 @@ class OperatorListener(MetricsListener):
         spec = controller.specs.get(job)
         return None if spec is None else (controller, spec)
 
+    def _event(self, job: str, reason: str, message: Callable[[JobSpec], str], *, warning: bool = False) -> None:
+        """Post an Event on the job in the background: listener hooks must not block."""
+        found = self._spec(job)
+        if found:
+            controller, spec = found
+            controller.spawn(controller.events.about(spec, reason, message(spec), warning=warning))
+
     def skipped(self, job: str, slot: int, reason: str) -> None:
         super().skipped(job, slot, reason)
         found = self._spec(job)
         if found:
             controller, spec = found
             controller.spawn(runs.record_skipped(controller.kube, spec, slot, reason))
-            controller.spawn(
-                controller.events.post(
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    uid=spec.uid,
-                    reason="Skipped",
-                    message=f"slot {slot_time(slot)}: {reason}",
-                )
-            )
+        self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         super().missed(job, slot, reason)
-        found = self._spec(job)
-        if found:
-            controller, spec = found
-            controller.spawn(
-                controller.events.post(
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    uid=spec.uid,
-                    reason="Missed",
-                    warning=True,
-                    message=f"slot {slot_time(slot)}: {reason}",
-                )
-            )
+        self._event(job, "Missed", lambda _: f"slot {slot_time(slot)}: {reason}", warning=True)
 
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         super().took_over(job, slot, attempt, previous_instance)
-        found = self._spec(job)
-        if found:
-            controller, spec = found
-            controller.spawn(
-                controller.events.post(
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    uid=spec.uid,
-                    reason="TakeOver",
-                    warning=True,
-                    message=f"run {run_name(spec.name, slot)}: attempt {attempt} taken over by "
-                    f"{controller.scheduler.instance_id} from {previous_instance}",
-                )
-            )
-
-    def finished(self, job: str, slot: int, attempt: int, outcome: RunState, error: str | None) -> None:
-        super().finished(job, slot, attempt, outcome, error)
+        me = self._controller[0].scheduler.instance_id if self._controller else "?"
+        self._event(
+            job,
+            "TakeOver",
+            lambda spec: (
+                f"run {run_name(spec.name, slot)}: attempt {attempt} taken over by {me} from {previous_instance}"
+            ),
+            warning=True,
+        )

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .client import API_VERSION, Kube
+from .spec import JobSpec
 
 log = logging.getLogger("anarchon.kube.events")
 
@@ -22,6 +23,12 @@ class EventPoster:
         self.kube = kube
         self.component = component
         self.instance = instance
+
+    async def about(self, spec: JobSpec, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event on the AnarchonJob that ``spec`` was parsed from."""
+        await self.post(
+            namespace=spec.namespace, name=spec.name, uid=spec.uid, reason=reason, message=message, warning=warning
+        )
 
     async def post(
         self,

@@ -85,10 +85,8 @@ class PodRunner:
                 ctx.attempt,
                 lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=keep.name),
             )
-            await self.events.post(
-                namespace=spec.namespace,
-                name=spec.name,
-                uid=spec.uid,
+            await self.events.about(
+                spec,
                 reason="Adopted",
                 message=f"run {name} attempt {ctx.attempt} on {ctx.instance} adopted Pod {keep.name} ({keep.message})",
             )
@@ -110,10 +108,8 @@ class PodRunner:
             spec, run=name, pod=pod, slot=ctx.slot, attempt=ctx.attempt, instance=ctx.instance, run_uid=run_uid or None
         )
         created, new = await create_pod(self.kube, body)
-        await self.events.post(
-            namespace=spec.namespace,
-            name=spec.name,
-            uid=spec.uid,
+        await self.events.about(
+            spec,
             reason="Launched" if new else "Adopted",
             message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}"
             + ("" if new else " already existed and was adopted"),
@@ -141,10 +137,8 @@ class PodRunner:
                 return
             if view.fate is PodFate.FAILED:
                 await self._end(ctx, spec, name, "Failed", view.message, final=True)
-                await self.events.post(
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    uid=spec.uid,
+                await self.events.about(
+                    spec,
                     reason="RunFailed",
                     warning=True,
                     message=f"run {name}: {view.message}",
@@ -155,10 +149,8 @@ class PodRunner:
             if view.fate is PodFate.LOST:
                 await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
             await self._end(ctx, spec, name, "Interrupted", f"Pod {pod}: {view.message}", final=False)
-            await self.events.post(
-                namespace=spec.namespace,
-                name=spec.name,
-                uid=spec.uid,
+            await self.events.about(
+                spec,
                 reason="PodLost",
                 warning=True,
                 message=f"run {name} attempt {ctx.attempt}: Pod {pod}: {view.message}; the next attempt relaunches it",
@@ -202,6 +194,4 @@ class PodRunner:
             10**6,
             lambda s: {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()},
         )
-        await self.events.post(
-            namespace=spec.namespace, name=spec.name, uid=spec.uid, reason="Replaced", message=f"run {old} {message}"
-        )
+        await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")

@@ -37,9 +37,9 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..backend import Backend, Capabilities, ClaimRequest
+from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
-from ..model import ClaimOutcome, ClaimResult, Run, RunState
+from ..model import ClaimOutcome, ClaimResult
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -58,22 +58,6 @@ def _redact(url: str) -> str:
         return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
     except ValueError:
         return "<unparsable URL>"
-
-
-def _won(request: ClaimRequest) -> ClaimResult:
-    """The winner's result: a run built from the request, no lease, attempt 1."""
-    run = Run(
-        job=request.job,
-        slot=request.slot,
-        state=RunState.CLAIMED,
-        attempt=1,
-        instance=request.instance,
-        token=request.token,
-        lease_until_ms=0,
-        created_ms=request.now_ms,
-        updated_ms=request.now_ms,
-    )
-    return ClaimResult(ClaimOutcome.WON, run)
 
 
 def _subject_token(job: str) -> str:
@@ -250,9 +234,9 @@ class NatsBackend(Backend):
                 headers={"Nats-Msg-Id": msg_id},
             )
             if not ack.duplicate:
-                return _won(request)
+                return claim_only_win(request)
             return (
-                _won(request)
+                claim_only_win(request)
                 if await self._is_own(ack.seq, msg_id, request.token)
                 else ClaimResult(ClaimOutcome.TAKEN, None)
             )

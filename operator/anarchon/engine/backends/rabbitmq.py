@@ -63,9 +63,9 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..backend import Backend, Capabilities, ClaimRequest
+from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
-from ..model import ClaimOutcome, ClaimResult, Run, RunState
+from ..model import ClaimOutcome, ClaimResult
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection
@@ -84,22 +84,6 @@ def _redact(url: str) -> str:
         return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
     except ValueError:
         return "<unparsable URL>"
-
-
-def _won(request: ClaimRequest) -> ClaimResult:
-    """The winner's result: a run built from the request, no lease, attempt 1."""
-    run = Run(
-        job=request.job,
-        slot=request.slot,
-        state=RunState.CLAIMED,
-        attempt=1,
-        instance=request.instance,
-        token=request.token,
-        lease_until_ms=0,
-        created_ms=request.now_ms,
-        updated_ms=request.now_ms,
-    )
-    return ClaimResult(ClaimOutcome.WON, run)
 
 
 class RabbitMQBackend(Backend):
@@ -249,4 +233,4 @@ class RabbitMQBackend(Backend):
             if isinstance(exc, OSError | RuntimeError) or self._channel is None or self._channel.is_closed:
                 await self._drop()
             raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} failed: {exc}") from exc
-        return _won(request)
+        return claim_only_win(request)

@@ -52,9 +52,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
-from ..backend import Backend, Capabilities, ClaimRequest
+from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
-from ..model import ClaimOutcome, ClaimResult, Run, RunState
+from ..model import ClaimOutcome, ClaimResult
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -108,26 +108,6 @@ def _redact(url: str) -> str:
         return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
     except ValueError:
         return "<unparsable URL>"
-
-
-def _won(request: ClaimRequest) -> ClaimResult:
-    """The result a claim-only store gives its winner: a run built from the request.
-
-    There is no lease (``lease_until_ms`` 0) and always one attempt, since nobody can take
-    over a run on a claim-only store.
-    """
-    run = Run(
-        job=request.job,
-        slot=request.slot,
-        state=RunState.CLAIMED,
-        attempt=1,
-        instance=request.instance,
-        token=request.token,
-        lease_until_ms=0,
-        created_ms=request.now_ms,
-        updated_ms=request.now_ms,
-    )
-    return ClaimResult(ClaimOutcome.WON, run)
 
 
 TAKEN = ClaimOutcome.TAKEN
@@ -274,7 +254,7 @@ class RedisScriptBackend(_RedisClaimBackend):
     async def _claim(self, request: ClaimRequest) -> ClaimResult:
         key = self._key("claim", request.job, request.slot)
         won = await self._run_script([key], [request.token, self.ttl_ms])
-        return _won(request) if int(won) == 1 else ClaimResult(TAKEN, None)
+        return claim_only_win(request) if int(won) == 1 else ClaimResult(TAKEN, None)
 
 
 class RedisStreamBackend(_RedisClaimBackend):
@@ -294,7 +274,7 @@ class RedisStreamBackend(_RedisClaimBackend):
             pipe.pexpire(key, self.ttl_ms)
             added, _ = await pipe.execute(raise_on_error=False)
         if not isinstance(added, Exception):
-            return _won(request)
+            return claim_only_win(request)
         if not isinstance(added, ResponseError) or "equal or smaller" not in str(added):
             raise added
         # Someone's XADD came first; it is ours only when this is a retry of our own claim.
@@ -302,7 +282,7 @@ class RedisStreamBackend(_RedisClaimBackend):
         first = await self.redis.xrange(key, "-", "+", count=1)
         fields = (first[0][1] if first else None) or {}
         if _as_str(fields.get(b"token", fields.get("token", b""))) == request.token:
-            return _won(request)
+            return claim_only_win(request)
         return ClaimResult(TAKEN, None)
 
 
@@ -351,7 +331,7 @@ class RedisIdmpBackend(_RedisClaimBackend):
             ],
         )
         if winner is not None and _as_str(winner) == request.token:
-            return _won(request)
+            return claim_only_win(request)
         return ClaimResult(TAKEN, None)
 
 
