@@ -4,6 +4,7 @@ offline schema validation (kubeconform) and server-side dry-run on a real API se
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,22 @@ def test_chart_crds_are_byte_identical_to_crds_dir() -> None:
         assert (CHART / "crds" / name).read_bytes() == (CRDS / name).read_bytes(), (
             f"charts/anarchon/crds/{name} differs from crds/{name}: run cp crds/*.yaml charts/anarchon/crds/"
         )
+
+
+def test_package_carries_crds_and_schema_but_not_ci_values(tmp_path: Path) -> None:
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("anarchon-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert {
+        "anarchon/Chart.yaml",
+        "anarchon/values.yaml",
+        "anarchon/values.schema.json",
+        "anarchon/templates/NOTES.txt",
+        "anarchon/crds/anarchonjobs.anarchon.io.yaml",
+        "anarchon/crds/anarchonruns.anarchon.io.yaml",
+    } <= names
+    assert not [n for n in names if n.startswith("anarchon/ci/")]
 
 
 def test_include_crds_renders_them() -> None:
