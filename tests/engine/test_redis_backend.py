@@ -400,6 +400,63 @@ async def test_retention_expires_final_runs_only(redis_url: str, prefix: str) ->
         assert await b.last_slot("j") == 6
 
 
+async def _wait_expired(b: RedisBackend, *keys: str) -> None:
+    for _ in range(100):  # Redis expires lazily and in the background: poll up to ~5 s
+        if not await b.client.exists(*keys):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{keys} did not expire")
+
+
+async def test_retention_keeps_the_newest_slot_through_catch_up_claims(redis_url: str, prefix: str) -> None:
+    """A catch-up claim of an older slot must not trim the newest index entry, whose run
+    expired: last_slot, the base of catch-up, would step back and rerun slots."""
+    async with RedisBackend(redis_url, prefix=prefix, retention_ms=200) as b:
+        assert isinstance(b, RedisBackend)
+        await b.claim(req("j", 5, token="t5"))
+        await b.finish("j", 5, "t5", NOW, RunState.SUCCESS)
+        await _wait_expired(b, b.run_key("j", 5))
+        assert (await b.claim(req("j", 1, token="t1", now=NOW + 60_000))).won  # an older slot
+        assert await b.last_slot("j") == 5
+        assert await b.client.zrange(b.runs_key("j"), 0, -1) == ["1", "5"]
+
+
+async def test_prune_clears_both_indexes_of_expired_runs(redis_url: str, prefix: str) -> None:
+    async with RedisBackend(redis_url, prefix=prefix, retention_ms=200) as b:
+        assert isinstance(b, RedisBackend)
+        for slot in (1, 2):
+            await b.claim(req("j", slot, token=f"t{slot}"))
+            await b.finish("j", slot, f"t{slot}", NOW, RunState.SUCCESS)
+        await b.claim(req("j", 3, token="t3"))
+        await _wait_expired(b, b.run_key("j", 1), b.run_key("j", 2))
+        assert await b.prune("j", 10) == 0  # nothing left to delete: the runs expired
+        assert await b.client.zrange(b.runs_key("j"), 0, -1) == ["3"]
+        assert await b.client.zrange(b.expiring_key("j"), 0, -1) == []
+
+
+async def test_takeover_clears_the_error_of_the_released_attempt(backend: RedisBackend) -> None:
+    await backend.claim(req("j", 1, token="t1"))
+    assert await backend.release("j", 1, "t1", NOW + 1, "pod vanished")
+    released = await backend.get_run("j", 1)
+    assert released is not None and released.error == "pod vanished"
+    taken = await backend.takeover(TakeoverRequest("j", 1, "b", "t2", NOW + 2, LEASE, 3))
+    assert taken.won and taken.run is not None and taken.run.error is None
+    stored = await backend.get_run("j", 1)
+    assert stored == taken.run and stored is not None and stored.error is None
+    assert [a.error for a in stored.attempts] == ["pod vanished", None]
+
+
+async def test_finish_after_release_sets_the_final_error(backend: RedisBackend) -> None:
+    """A released attempt still holds the token: finishing it replaces the release reason."""
+    await backend.claim(req("j", 1, token="t1"))
+    assert await backend.release("j", 1, "t1", NOW + 1, "handing over")
+    assert await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCESS)
+    run = await backend.get_run("j", 1)
+    assert run is not None and run.state is RunState.SUCCESS and run.error is None
+    assert run.attempts[0].outcome is RunState.INTERRUPTED  # closed by the release, kept as it was
+    assert "error" not in await backend.client.hgetall(backend.run_key("j", 1))
+
+
 async def test_retention_on_replaced_runs(redis_url: str, prefix: str) -> None:
     async with RedisBackend(redis_url, prefix=prefix, retention_ms=60_000) as b:
         assert isinstance(b, RedisBackend)
