@@ -143,3 +143,26 @@ def test_invalid_spec_gets_condition_and_event_and_others_keep_running(
     assert cluster.events("InvalidSpec")
     cluster.wait(lambda: _phases(cluster, "good")["Succeeded"] >= 2, timeout=120, what="the good job to keep running")
     assert replicas.procs["replica-0"].poll() is None
+
+
+def test_claim_only_store_runs_allow_jobs_and_refuses_lease_policies(
+    cluster: Cluster, replicas_factory, redis_url: str
+) -> None:
+    replicas: Replicas = replicas_factory(redis_url.replace("redis://", "redis+script://", 1))
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    cluster.apply(job_manifest("plain", every="2s", overlap="Allow", maxAttempts=1))
+    cluster.apply(job_manifest("defaults", every="2s"))  # overlap Skip, maxAttempts 3: need a lease
+
+    def refused() -> str:
+        job = cluster.get("anarchonjob", "defaults")
+        conds = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
+        return conds.get("Invalid", {}).get("message", "") if conds.get("Invalid", {}).get("status") == "True" else ""
+
+    message = cluster.wait(refused, timeout=60, what="the claim-only refusal")
+    assert "claim-only" in message and "overlap=Skip" in message
+    cluster.wait(lambda: _phases(cluster, "plain")["Succeeded"] >= 3, timeout=90, what="runs on a claim-only store")
+    pods = cluster.pods("anarchon.io/job=plain")
+    per_run = Counter(p["metadata"]["labels"]["anarchon.io/run"] for p in pods)
+    assert max(per_run.values()) == 1
+    assert cluster.runs("defaults") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import socket
 import subprocess
@@ -129,7 +130,7 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
         what="the missed slots to be caught up",
     )
     slots = sorted(int(r["spec"]["slot"]) for r in cluster.runs("catcher"))
-    assert all(b - a == 3000 for a, b in zip(slots, slots[1:], strict=False)), "every slot once, none lost"
+    assert all(b - a == 3000 for a, b in itertools.pairwise(slots)), "every slot once, none lost"
 
 
 def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
@@ -214,9 +215,9 @@ def test_metrics_and_liveness_endpoints(cluster: Cluster, control_plane, namespa
             "--health-port",
             str(health),
         ],
-        stdout=open(tmp_path / "op.log", "wb"),
+        stdout=open(tmp_path / "op.log", "wb"),  # noqa: SIM115 - lives as long as the process
         stderr=subprocess.STDOUT,
-        env=env,  # noqa: SIM115
+        env=env,
     )
     try:
         cluster.apply(job_manifest("measured", every="1s"))
