@@ -40,18 +40,24 @@ fi
 bash e2e/controlplane/build.sh
 
 say "lint and types"
-ruff check .
-ruff format --check operator
-mypy
+# A lint or type error fails the run, but only after the tests ran: both reports are useful.
+set +e
+lint=0
+ruff check . || lint=1
+ruff format --check operator || lint=1
+mypy || lint=1
 
 say "tests"
-set +e
 python3 -m pytest -p no:cacheprovider -q --durations=15 "$@"
 rc=$?
 set -e
 say "done"
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+if [ "$rc" -eq 0 ] && [ "$lint" -ne 0 ]; then
+  echo "the tests passed, but ruff or mypy did not (see above)" >&2
   exit 1
 fi
 exit "$rc"
