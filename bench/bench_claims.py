@@ -103,6 +103,7 @@ class Result:
     timings: dict[str, Timings] = field(default_factory=dict)
     delays_ms: list[float] = field(default_factory=list)
     wakes_ms: list[float] = field(default_factory=list)
+    idle_raw_ms: list[float] = field(default_factory=list)
     target_ratio: float | None = None
     target_p99_ms: float | None = None
     unavailable: str | None = None
@@ -208,7 +209,16 @@ async def measure_throughput(case: BenchCase, result: Result, n: int, block: int
         done += size
 
 
-async def measure_delay(backend: Backend, result: Result, period_ms: int, slots: int, warmup: int) -> None:
+async def measure_delay(case: BenchCase, result: Result, period_ms: int, slots: int, warmup: int) -> None:
+    """Claim every slot of ``every(period_ms)`` at its time; half a period later, one raw op.
+
+    The raw op, timed alone, is the yardstick of the delay: after ~half a period of idling,
+    processes and caches are cold (on a VM, waking a sleeping process alone can take a
+    millisecond), so a claim here is slower than in the tight throughput loop, and so is the
+    raw round trip: ``raw@idle`` shows how much of the delay the store's plain round trip
+    would have cost anyway.
+    """
+    backend = case.backend
     clock = SystemClock()
     schedule = every(period_ms)
     job = f"bench-delay-{uuid.uuid4().hex[:8]}"
@@ -226,6 +236,11 @@ async def measure_delay(backend: Backend, result: Result, period_ms: int, slots:
             result.wakes_ms.append(woke_ns / 1e6 - slot)
         if isinstance(backend, LeaseBackend):
             await backend.finish(job, slot, request.token, clock.now_ms(), RunState.SUCCESS)
+        await clock.sleep_until(slot + period_ms // 2)
+        started = time.perf_counter()
+        await case.raw(10**12 + k)  # far above the throughput phase's numbers
+        if k >= warmup:
+            result.idle_raw_ms.append((time.perf_counter() - started) * 1e3)
         # Every slot is claimed, even late: a claim that overran a period shows up as delay.
         slot = schedule.next_after(slot)
 
@@ -294,7 +309,7 @@ async def bench_one(name: str, args: argparse.Namespace) -> Result:
                 file=sys.stderr,
                 flush=True,
             )
-            await measure_delay(case.backend, result, parse_duration(args.period), args.slots, warmup=10)
+            await measure_delay(case, result, parse_duration(args.period), args.slots, warmup=10)
             if args.contenders > 1:
                 print(f"[{name}] contended: {args.contenders} instances x {args.slots} slots ...", file=sys.stderr)
                 await measure_contended(case, result, args.contenders, args.slots)
@@ -317,7 +332,7 @@ def report(results: list[Result]) -> str:
         f"{'backend':<13} {'n':>6} {'raw op':<18} {'raw/s':>8} {'Allow/s':>8} {'ratio':>9} {'Skip/s':>8} {'ratio':>9}"
         f" {'p50 ratio A/S':>13}"
         f" {'finish/s':>8}   {'claim p50/p99 µs':>16}   {'delay p50/p99/max ms':>21} {'wake p50/p99':>12}"
-        f" {'rt p99':>6}"
+        f" {'rt p99':>6} {'raw@idle p50/p99':>16}"
     )
     lines.append(header)
     lines.append("-" * len(header))
@@ -351,6 +366,7 @@ def report(results: list[Result]) -> str:
             f"   {delays + _mark(delay_ok):>21}"
             f" {_fmt(percentile(r.wakes_ms, 0.5), '.2f') + '/' + _fmt(percentile(r.wakes_ms, 0.99), '.2f'):>12}"
             f" {_fmt(percentile(r.round_trips_ms, 0.99), '.2f'):>6}"
+            f" {_fmt(percentile(r.idle_raw_ms, 0.5), '.2f') + '/' + _fmt(percentile(r.idle_raw_ms, 0.99), '.2f'):>16}"
         )
     for r in results:
         if r.contended is not None:
@@ -394,6 +410,7 @@ def to_json(results: list[Result]) -> list[dict[str, Any]]:
                 },
                 "wake_ms": {"p50": percentile(r.wakes_ms, 0.5), "p99": percentile(r.wakes_ms, 0.99)},
                 "round_trip_ms_p99": percentile(r.round_trips_ms, 0.99),
+                "raw_at_idle_ms": {"p50": percentile(r.idle_raw_ms, 0.5), "p99": percentile(r.idle_raw_ms, 0.99)},
                 "contended": None if r.contended is None else {"instances": r.contenders, **r.contended.summary()},
             }
         out.append(item)

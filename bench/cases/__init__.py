@@ -13,7 +13,8 @@ defines::
 
 ``raw(i)`` is one round trip of the store's own cheapest "insert unless present" through the
 same client the backend uses (Redis ``SET NX``, PostgreSQL ``INSERT ... ON CONFLICT DO
-NOTHING``, SQLite ``INSERT OR IGNORE``), with ``i`` unique per call so every call inserts.
+NOTHING``, SQLite ``INSERT OR IGNORE``), with ``i`` unique per call (a non-negative int
+below 2**53) so every call inserts.
 It is the yardstick: the ratio claims/s ÷ raw ops/s says how much of the store's own speed
 the backend keeps, independently of how fast the machine is.
 
