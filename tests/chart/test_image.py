@@ -3,6 +3,7 @@ without one: the wheel, built from exactly the files the .dockerignore lets into
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.chart.chartlib import CHART, REPO
@@ -78,14 +80,17 @@ def build_context(dest: Path) -> list[str]:
     return allowed
 
 
-def test_wheel_builds_from_the_docker_build_context(tmp_path: Path) -> None:
-    ctx = tmp_path / "context"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The builder stage: `pip wheel --no-deps .` in a context holding only what .dockerignore lets in."""
+    tmp = tmp_path_factory.mktemp("image")
+    ctx = tmp / "context"
     ctx.mkdir()
     allowed = build_context(ctx)
     assert {"pyproject.toml", "README.md", "operator"} <= set(allowed)
     for needed in ("pyproject.toml", "README.md", "operator"):
         assert (ctx / needed).exists(), f"{needed} is missing from the repository: the image build COPYs it"
-    wheels = tmp_path / "wheels"
+    wheels = tmp / "wheels"
     res = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheels), str(ctx)],
         capture_output=True,
@@ -93,7 +98,11 @@ def test_wheel_builds_from_the_docker_build_context(tmp_path: Path) -> None:
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    (wheel,) = wheels.glob("anarchon-*.whl")
+    (built,) = wheels.glob("anarchon-*.whl")
+    return built
+
+
+def test_wheel_builds_from_the_docker_build_context(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -102,3 +111,45 @@ def test_wheel_builds_from_the_docker_build_context(tmp_path: Path) -> None:
     assert "anarchon/cli.py" in names and "anarchon/kube/main.py" in names and "anarchon/engine/scheduler.py" in names
     assert "Provides-Extra: operator" in metadata
     assert not [n for n in names if n.startswith("tests/") or "__pycache__" in n]
+
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def test_final_stage_install_gives_a_working_entrypoint(wheel: Path, tmp_path: Path) -> None:
+    """The final stage's RUN, in a venv here: the wheel with [operator] extras, bytecode compiled, pip removed;
+    then the ENTRYPOINT (`anarchon`) and CMD (`operator`) answer, with no write to the (read-only) install."""
+    venv = tmp_path / "opt-anarchon"
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", f"{wheel}[operator]"],
+        [str(venv / "bin" / "python"), "-m", "compileall", "-q", "-j", "0", str(venv / "lib")],
+        [str(venv / "bin" / "pip"), "uninstall", "--quiet", "-y", "pip"],
+    ]
+    # Not this checkout's PYTHONPATH: pip would find the source tree's metadata and skip the wheel.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    for cmd in steps:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=clean)
+        assert res.returncode == 0, f"{' '.join(cmd)}:\n{res.stderr[-3000:]}"
+    before = {p: p.stat().st_mtime for p in venv.rglob("*") if p.is_file()}
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)}
+    out = subprocess.run(
+        [str(venv / "bin" / "anarchon"), "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0 and "operator" in out.stdout, out.stderr
+    out = subprocess.run(
+        [str(venv / "bin" / "anarchon"), "operator", "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0 and "--store" in out.stdout, out.stderr
+    imp = "import anarchon.kube.main, kopf, kubernetes_asyncio, redis, psycopg, nats, aio_pika, prometheus_client"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", imp], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    after = {p: p.stat().st_mtime for p in venv.rglob("*") if p.is_file()}
+    assert after == before, "running the operator wrote into its install dir (read-only in the image)"
+    assert not (venv / "bin" / "pip").exists()
+    size_mb = _du(venv) / 2**20
+    # The venv is what the image adds to python:3.11-slim (~125 MB): keep it small.
+    assert size_mb < 150, f"the installed operator takes {size_mb:.0f} MB"
