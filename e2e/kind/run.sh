@@ -72,7 +72,7 @@ kubectl --context "$ctx" -n "$jobs_ns" apply -f examples/
 deadline=$(( $(date +%s) + 180 ))
 while :; do
   instances="$(kubectl --context "$ctx" -n "$jobs_ns" get anarchonruns -l anarchon.io/job=every-10s \
-    -o jsonpath='{range .items[?(@.status.phase=="Succeeded")]}{.status.instance}{"\n"}{end}' | sort | uniq -c)"
+    -o jsonpath='{range .items[?(@.status.phase=="Succeeded")]}{.status.instance}{"\n"}{end}' | sort | uniq -c || true)"
   runs="$(echo "$instances" | awk '{s+=$1} END {print s+0}')"
   distinct="$(echo "$instances" | grep -c . || true)"
   [ "$runs" -ge 4 ] && [ "$distinct" -ge 2 ] && break
@@ -87,7 +87,7 @@ kubectl --context "$ctx" -n "$jobs_ns" annotate --overwrite anarchonjob long-tak
 deadline=$(( $(date +%s) + 120 ))
 while :; do
   line="$(kubectl --context "$ctx" -n "$jobs_ns" get anarchonruns -l anarchon.io/job=long-takeover \
-    -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name} {.status.instance}{"\n"}{end}' | head -1)"
+    -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name} {.status.instance}{"\n"}{end}' | head -1 || true)"
   [ -n "$line" ] && break
   [ "$(date +%s)" -lt "$deadline" ] || die "long-takeover: no Running run after 120s"
   sleep 2
@@ -97,8 +97,8 @@ log "long-takeover: run $run is running on $victim; killing that pod"
 kubectl --context "$ctx" -n "$release_ns" delete pod "$victim" --grace-period=0 --force --wait=false
 deadline=$(( $(date +%s) + 120 ))
 while :; do
-  now="$(kubectl --context "$ctx" -n "$jobs_ns" get anarchonrun "$run" -o jsonpath='{.status.instance}')"
-  phase="$(kubectl --context "$ctx" -n "$jobs_ns" get anarchonrun "$run" -o jsonpath='{.status.phase}')"
+  now="$(kubectl --context "$ctx" -n "$jobs_ns" get anarchonrun "$run" -o jsonpath='{.status.instance}' || true)"
+  phase="$(kubectl --context "$ctx" -n "$jobs_ns" get anarchonrun "$run" -o jsonpath='{.status.phase}' || true)"
   if [ -n "$now" ] && [ "$now" != "$victim" ]; then
     log "long-takeover: run $run taken over by $now (phase $phase)"
     break
