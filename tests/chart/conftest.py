@@ -1,7 +1,7 @@
 """Fixtures for the chart, examples and RBAC tests.
 
 They share the real test control plane of ``tests/k8s`` (see e2e/controlplane/README.md): the
-``control_plane`` and ``namespace`` fixtures are re-exported from there.
+``control_plane`` and ``namespace`` fixtures come from the root conftest.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 from controlplane import ControlPlane
 
 from tests.chart.chartlib import CRDS, kubeconform_schemas
-from tests.k8s.conftest import control_plane, namespace  # noqa: F401  (fixtures re-exported)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -28,7 +27,7 @@ _CUSTOM_KINDS = {
 
 
 @pytest.fixture(scope="session")
-def crds_installed(control_plane: ControlPlane) -> ControlPlane:  # noqa: F811
+def crds_installed(control_plane: ControlPlane) -> ControlPlane:
     """The project's CRDs (from crds/, the one source of truth) and a ServiceMonitor stand-in, Established."""
     control_plane.kubectl("apply", "--server-side", "-f", str(CRDS), "-f", str(FIXTURES / "servicemonitor-crd.yaml"))
     control_plane.kubectl(

@@ -1,5 +1,8 @@
 """Fixtures that give tests a real Kubernetes control plane (see e2e/controlplane/README.md).
 
+They are registered once, by the root ``tests/conftest.py``, so that every test directory
+shares one control plane per session.
+
 ``control_plane`` (session scope) starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and KWOK once per test session; ``namespace`` gives each test a fresh
 namespace. Nothing global is set (no KUBECONFIG in os.environ): tests pass
