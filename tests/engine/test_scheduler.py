@@ -54,14 +54,13 @@ async def cluster(
 
     yield make
     for sched in made:
-        try:
-            async with asyncio.timeout(30):
-                await sched.stop(handover=False)
-                await sched.backend.close()
-        except TimeoutError:
+        stopping = asyncio.create_task(sched.stop(handover=False))
+        done, _ = await asyncio.wait({stopping}, timeout=30)
+        if not done:  # show where it hangs before anything gets cancelled
             for task in asyncio.all_tasks():
                 task.print_stack(limit=12)
-            raise
+            raise AssertionError("stopping a scheduler hung")
+        await sched.backend.close()
 
 
 async def test_one_winner_per_slot_and_no_slot_lost(cluster, clock: ScaledClock, job_name: str) -> None:

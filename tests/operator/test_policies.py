@@ -44,7 +44,7 @@ def test_overlap_skip_records_skipped_runs(cluster: Cluster, replicas_factory, t
     phases = _phases(cluster, "skipper")
     assert phases["Skipped"] >= 2, phases
     assert max_live <= 1
-    skipped = next(r for r in cluster.runs("skipper") if r["status"]["phase"] == "Skipped")
+    skipped = next(r for r in cluster.runs("skipper") if (r.get("status") or {}).get("phase") == "Skipped")
     assert "still active" in skipped["status"]["message"]
     assert cluster.events("Skipped")
 
@@ -75,7 +75,7 @@ def test_overlap_replace_stops_the_older_run(cluster: Cluster, replicas_factory,
         return [
             r
             for r in cluster.runs("replacer")
-            if r.get("status", {}).get("phase") == "Interrupted" and "replaced" in r["status"].get("message", "")
+            if (r.get("status") or {}).get("phase") == "Interrupted" and "replaced" in r["status"].get("message", "")
         ]
 
     cluster.wait(lambda: len(replaced()) >= 2, timeout=90, what="two replaced runs")
@@ -106,7 +106,7 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
     )
     cluster.wait(lambda: _phases(cluster, "catcher")["Succeeded"] >= 1, timeout=60, what="a first run")
     cluster.wait(
-        lambda: not [r for r in cluster.runs("catcher") if r["status"].get("phase") == "Running"],
+        lambda: not [r for r in cluster.runs("catcher") if (r.get("status") or {}).get("phase") == "Running"],
         timeout=30,
         what="no run in flight",
     )
@@ -121,7 +121,7 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
                 [
                     r
                     for r in cluster.runs("catcher")
-                    if int(r["spec"]["slot"]) > down_from and r["status"].get("phase") == "Succeeded"
+                    if int(r["spec"]["slot"]) > down_from and (r.get("status") or {}).get("phase") == "Succeeded"
                 ]
             )
             >= 3
@@ -141,14 +141,16 @@ def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_
     time.sleep(3)
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "frozen", "anarchon.io/trigger=1800000000000")
     run = cluster.wait(
-        lambda: [r for r in cluster.runs("frozen") if r.get("status", {}).get("phase") == "Running"],
+        lambda: [r for r in cluster.runs("frozen") if (r.get("status") or {}).get("phase") == "Running"],
         timeout=60,
         what="a running run",
     )[0]
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGSTOP)
     taken = cluster.wait(
-        lambda: [r for r in cluster.runs("frozen") if r["status"].get("attempt", 0) >= 2], timeout=60, what="attempt 2"
+        lambda: [r for r in cluster.runs("frozen") if (r.get("status") or {}).get("attempt", 0) >= 2],
+        timeout=60,
+        what="attempt 2",
     )[0]
     assert taken["status"]["podName"] == run["status"]["podName"]
     replicas.kill(runner, signal.SIGCONT)

@@ -14,7 +14,6 @@ the attempt in the store, always with the attempt's own token:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from .backend import LeaseBackend
@@ -85,12 +84,14 @@ class AttemptRunner:
         handler_task = asyncio.create_task(self._call_handler(), name=f"anarchon:{ctx.job}@{ctx.slot}")
         beat_task = asyncio.create_task(self._heartbeats(), name=f"anarchon-heartbeat:{ctx.job}@{ctx.slot}")
         try:
-            outcome = await self._until_end(handler_task)
+            return await self._until_end(handler_task)
         finally:
+            # Normally only the heartbeats are left; if this attempt itself is cancelled (the
+            # instance dies without hand-over), the handler goes with it. asyncio.wait, not
+            # await: it never swallows a cancellation of this task.
             beat_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat_task
-        return outcome
+            handler_task.cancel()
+            await asyncio.wait({beat_task, handler_task}, timeout=self.options.stop_grace_ms / 1000)
 
     async def _call_handler(self) -> None:
         await self.handler(self.ctx)
@@ -115,8 +116,7 @@ class AttemptRunner:
             stop_wait.cancel()
         if not handler_task.done():
             handler_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await handler_task
+            await asyncio.wait({handler_task})
         if self._fenced.is_set():
             self.listener.fenced(ctx.job, ctx.slot, ctx.attempt, ctx.stop_reason or FENCED)
             return None

@@ -99,9 +99,13 @@ class JobLoop:
         if not handover:
             for task in self._tasks:
                 task.cancel()
-        pending = [*self._main, *self._tasks]
+        pending = {*self._main, *self._tasks}
         if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+            # Bounded: a handler that ignores its stop request must not hold up the shutdown.
+            _, late = await asyncio.wait(pending, timeout=self._opts.stop_grace_ms / 1000 + 10)
+            for task in late:
+                log.error("%s did not stop in time; cancelling it", task.get_name())
+                task.cancel()
         self._main.clear()
 
     async def trigger(self, slot: int | None = None) -> ClaimResult:
