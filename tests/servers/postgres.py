@@ -23,7 +23,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +32,8 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+
+from tests.servers.process import free_port
 
 PACKAGE_HINT = "install the Debian package `postgresql` (apt-get install postgresql), which .ci/run does"
 SERVICE_USER = "postgres"
@@ -58,12 +59,6 @@ def _find_bindir() -> Path:
     if not candidates:
         raise ServerUnavailable(f"PostgreSQL server binaries (initdb, pg_ctl) not found; {PACKAGE_HINT}")
     return Path(candidates[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _service_account() -> pwd.struct_passwd | None:
@@ -175,7 +170,7 @@ class PostgresServer:
         # first start retries on another port (restarts must keep theirs).
         attempts = 1 if (self._requested_port or self.port) else 5
         for attempt in range(attempts):
-            self.port = self._requested_port or self.port or _free_port()
+            self.port = self._requested_port or self.port or free_port()
             try:
                 self._pg_ctl_start()
                 break

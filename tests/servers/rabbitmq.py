@@ -20,13 +20,23 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
 import pytest
+
+from tests.servers import process
+from tests.servers.process import ServerBinaryMissing, ServerProcess, free_port
+
+__all__ = [
+    "DEBIAN_PACKAGE",
+    "RabbitMQServer",
+    "ServerBinaryMissing",
+    "amqp_url",
+    "free_port",
+    "server_for",
+    "start_or_fail",
+]
 
 DEBIAN_PACKAGE = "rabbitmq-server"
 _BIN_DIR = Path("/usr/lib/rabbitmq/bin")
@@ -34,47 +44,31 @@ _BIN_DIR = Path("/usr/lib/rabbitmq/bin")
 _AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 
 
-class ServerBinaryMissing(RuntimeError):
-    """The server's executable is not installed; the message names the Debian package."""
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RabbitMQServer:
+class RabbitMQServer(ServerProcess):
     """One private RabbitMQ node, with its own epmd."""
+
+    name = "rabbitmq-server"
+    log_name = "server.log"
+    log_tail_chars = 3000
+    ping_timeout_s = 1.0
+    poll_interval_s = 0.25
+    not_ready = "was not ready in time"
 
     def __init__(self, *, port: int | None = None, startup_timeout_s: float = 90.0) -> None:
         server = _BIN_DIR / "rabbitmq-server"
         ctl = _BIN_DIR / "rabbitmqctl"
         if not server.exists() or not ctl.exists() or shutil.which("erl") is None:
-            raise ServerBinaryMissing(
-                f"rabbitmq-server not found under {_BIN_DIR}: install the Debian package {DEBIAN_PACKAGE!r}"
-                f" (apt-get install -y {DEBIAN_PACKAGE})"
-            )
+            raise process.missing(f"rabbitmq-server not found under {_BIN_DIR}", DEBIAN_PACKAGE)
         self.server_bin = str(server)
         self.ctl_bin = str(ctl)
-        self.port = port or free_port()
+        super().__init__(port=port, startup_timeout_s=startup_timeout_s)
         self.dist_port = free_port()
         self.epmd_port = free_port()
-        self.host = "127.0.0.1"
         self.node = f"anarchon-test-{self.port}@localhost"
-        self.startup_timeout_s = startup_timeout_s
-        self._dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._watcher: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@{self.host}:{self.port}/"
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
 
     def _env(self) -> dict[str, str]:
         assert self._dir is not None
@@ -95,36 +89,21 @@ class RabbitMQServer:
         )
         return env
 
-    def start(self) -> RabbitMQServer:
-        if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="anarchon-rabbitmq-"))
-            (self._dir / "enabled_plugins").write_text("[].\n")
-            (self._dir / "advanced.config").write_text("[].\n")
-            # The guest user is allowed from loopback only, which is where the tests connect.
-            (self._dir / "rabbitmq.conf").write_text("log.console = false\nlog.file.level = info\n")
-        log = open(self._dir / "server.log", "ab")  # noqa: SIM115 - handed to the child process
-        try:
-            self._proc = subprocess.Popen(
-                [self.server_bin],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self._dir,
-                env=self._env(),
-                start_new_session=True,  # a process group of our own, to kill all of it on stop
-            )
-        finally:
-            log.close()
-        self._watcher = _watch(os.getpid(), self._proc.pid, self._env())
-        self._wait_ready()
-        return self
+    def _prepare(self, directory: Path) -> None:
+        (directory / "enabled_plugins").write_text("[].\n")
+        (directory / "advanced.config").write_text("[].\n")
+        # The guest user is allowed from loopback only, which is where the tests connect.
+        (directory / "rabbitmq.conf").write_text("log.console = false\nlog.file.level = info\n")
 
-    def _log_tail(self) -> str:
-        if self._dir is None:
-            return ""
-        try:
-            return (self._dir / "server.log").read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
+    def _command(self, directory: Path) -> list[str]:
+        return [self.server_bin]
+
+    def _watch(self, group: int) -> subprocess.Popen[bytes]:
+        """The watchdog also kills the node's epmd: a 200 MB Erlang VM and an epmd are left otherwise."""
+        epmd = shutil.which("epmd") or "epmd"
+        # epmd refuses -kill while the dead node is still registered; that takes a moment.
+        then = f"for i in 1 2 3 4 5; do sleep 1; {epmd} -kill >/dev/null 2>&1 && break; done"
+        return process.watch(os.getpid(), group, env=self._env(), then=then)
 
     def ping(self, timeout_s: float = 1.0) -> bool:
         """True when the broker answers the AMQP protocol header with Connection.Start."""
@@ -135,16 +114,8 @@ class RabbitMQServer:
         except OSError:
             return False
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"rabbitmq-server exited with {self._proc.returncode}:\n{self._log_tail()}")
-            if self.ping(1.0):
-                return
-            time.sleep(0.25)
+    def _on_not_ready(self) -> None:
         self._kill_node()
-        raise RuntimeError(f"rabbitmq-server on port {self.port} was not ready in time:\n{self._log_tail()}")
 
     def ctl(self, *args: str, timeout_s: float = 60.0) -> str:
         """Run ``rabbitmqctl -n <node> <args>`` against this node; returns its output."""
@@ -162,10 +133,7 @@ class RabbitMQServer:
 
     def _kill_node(self) -> None:
         """Stop the node: politely via rabbitmqctl, then its whole process group."""
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.kill()
-            watcher.wait(timeout=10)
+        self._stop_watcher()
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -194,54 +162,12 @@ class RabbitMQServer:
         """Stop the node and its epmd and delete the directory; safe to call twice."""
         self._kill_node()
         self._kill_epmd()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
-
-    def __enter__(self) -> RabbitMQServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-def _watch(owner_pid: int, group: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """A tiny watchdog that kills the node's process group and its epmd if ``owner_pid`` dies.
-
-    A test run killed without clean-up (SIGKILL, or SIGTERM from ``timeout``) would otherwise
-    leave a 200 MB Erlang VM and an epmd behind. The watchdog is in a session of its own, so
-    a normal stop kills it first and then the group.
-    """
-    epmd = shutil.which("epmd") or "epmd"
-    script = (
-        f"while kill -0 {owner_pid} 2>/dev/null; do sleep 2; done;"
-        f" kill -KILL -{group} 2>/dev/null;"
-        # epmd refuses -kill while the dead node is still registered; that takes a moment.
-        f" for i in 1 2 3 4 5; do sleep 1; {epmd} -kill >/dev/null 2>&1 && break; done"
-    )
-    return subprocess.Popen(
-        ["sh", "-c", script],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+        self._remove_dir()
 
 
 def start_or_fail(**kwargs: object) -> RabbitMQServer:
     """Start a server, or fail the test (never skip) naming the package to install."""
-    try:
-        server = RabbitMQServer(**kwargs)  # type: ignore[arg-type]
-    except ServerBinaryMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        return server.start()
-    except BaseException:
-        server.stop()
-        raise
+    return process.start_or_fail(RabbitMQServer, **kwargs)
 
 
 _RUNNING: dict[str, RabbitMQServer] = {}
@@ -255,10 +181,4 @@ def server_for(url: str) -> RabbitMQServer:
 @pytest.fixture(scope="session")
 def amqp_url() -> Iterator[str]:
     """The URL of one private RabbitMQ node shared by the session (tests use distinct jobs)."""
-    server = start_or_fail()
-    _RUNNING[server.url] = server
-    try:
-        yield server.url
-    finally:
-        _RUNNING.pop(server.url, None)
-        server.stop()
+    yield from process.serve(start_or_fail(), _RUNNING)

@@ -35,11 +35,11 @@ import hashlib
 import json
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
 from ..model import ClaimOutcome, ClaimResult
+from ._urls import redact
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -47,17 +47,6 @@ if TYPE_CHECKING:
 
 DEFAULT_WINDOW_MS = 3600 * 1000
 _SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-
-
-def _redact(url: str) -> str:
-    """The URL without password or query, for error messages."""
-    try:
-        parts = urlsplit(url)
-        host = f"{parts.hostname or ''}" + (f":{parts.port}" if parts.port is not None else "")
-        user = f"{parts.username}@" if parts.username else ""
-        return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
-    except ValueError:
-        return "<unparsable URL>"
 
 
 def _subject_token(job: str) -> str:
@@ -148,7 +137,7 @@ class NatsBackend(Backend):
                 await self._ensure_stream()
             except (TimeoutError, NatsError, OSError) as exc:
                 await self.close()
-                raise StoreError(f"nats: cannot set up the claim stream at {_redact(self.url)}: {exc}") from exc
+                raise StoreError(f"nats: cannot set up the claim stream at {redact(self.url)}: {exc}") from exc
             except BaseException:
                 await self.close()
                 raise
@@ -180,7 +169,7 @@ class NatsBackend(Backend):
                 info = await js.stream_info(self.stream)
         except ServiceUnavailableError as exc:
             raise StoreError(
-                f"nats: JetStream is not enabled on {_redact(self.url)} (start nats-server with -js)"
+                f"nats: JetStream is not enabled on {redact(self.url)} (start nats-server with -js)"
             ) from exc
         config = info.config
         if f"{self.subject_prefix}.>" not in (config.subjects or []):

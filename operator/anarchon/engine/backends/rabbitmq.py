@@ -61,11 +61,11 @@ import hashlib
 import json
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
 from ..model import ClaimOutcome, ClaimResult
+from ._urls import redact
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection
@@ -73,17 +73,6 @@ if TYPE_CHECKING:
 DEFAULT_EXPIRES_MS = 3600 * 1000
 _MAX_QUEUE_NAME = 255
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
-
-
-def _redact(url: str) -> str:
-    """The URL without password or query, for error messages."""
-    try:
-        parts = urlsplit(url)
-        host = f"{parts.hostname or ''}" + (f":{parts.port}" if parts.port is not None else "")
-        user = f"{parts.username}@" if parts.username else ""
-        return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
-    except ValueError:
-        return "<unparsable URL>"
 
 
 class RabbitMQBackend(Backend):
@@ -174,7 +163,7 @@ class RabbitMQBackend(Backend):
                 self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             except (AMQPError, OSError, RuntimeError, TimeoutError) as exc:
                 await self._drop()
-                raise StoreError(f"rabbitmq: cannot connect to {_redact(self.url)}: {exc}") from exc
+                raise StoreError(f"rabbitmq: cannot connect to {redact(self.url)}: {exc}") from exc
             return self._channel
 
     async def _drop(self) -> None:

@@ -50,11 +50,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import urlsplit, urlunsplit
 
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
 from ..model import ClaimOutcome, ClaimResult
+from ._urls import redact
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -97,17 +97,6 @@ for i = 1, #fields, 2 do
 end
 return false
 """
-
-
-def _redact(url: str) -> str:
-    """The URL without password or query, for error messages."""
-    try:
-        parts = urlsplit(url)
-        host = f"{parts.hostname or ''}" + (f":{parts.port}" if parts.port is not None else "")
-        user = f"{parts.username}@" if parts.username else ""
-        return urlunsplit((parts.scheme, user + host, parts.path, "", ""))
-    except ValueError:
-        return "<unparsable URL>"
 
 
 TAKEN = ClaimOutcome.TAKEN
@@ -212,7 +201,7 @@ class _RedisClaimBackend(Backend):
             await self._check_server()
         except RedisError as exc:
             await self.close()
-            raise StoreError(f"{self.scheme}: cannot reach Redis at {_redact(plain)}: {exc}") from exc
+            raise StoreError(f"{self.scheme}: cannot reach Redis at {redact(plain)}: {exc}") from exc
         except BaseException:
             await self.close()
             raise
