@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,25 @@ class Cluster:
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
         items = self.get("events")["items"]
         return [e for e in items if reason is None or e.get("reason") == reason]
+
+    def phases(self, job: str) -> Counter[str | None]:
+        return Counter((r.get("status") or {}).get("phase") for r in self.runs(job))
+
+    def trigger_running(self, job: str, slot_ms: int = 1_800_000_000_000) -> dict[str, Any]:
+        """Trigger a manual run (as `anarchon trigger` does) once the job is Ready; return it Running."""
+
+        def ready() -> bool:
+            conds = ((self.get("anarchonjob", job) or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+        self.wait(ready, timeout=60, what=f"job {job} to be Ready")
+        self.kubectl("annotate", "--overwrite", "anarchonjob", job, f"anarchon.io/trigger={slot_ms}")
+        running = self.wait(
+            lambda: [r for r in self.runs(job) if (r.get("status") or {}).get("phase") == "Running"],
+            timeout=60,
+            what=f"a running run of {job}",
+        )
+        return dict(running[0])
 
     def wait(self, predicate: Callable[[], Any], timeout: float = 90, what: str = "condition") -> Any:
         deadline = time.monotonic() + timeout

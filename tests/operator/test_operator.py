@@ -19,16 +19,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 
 
-def _phases(cluster: Cluster, job: str) -> Counter[str]:
-    return Counter((r.get("status") or {}).get("phase") for r in cluster.runs(job))
-
-
 def test_one_pod_per_slot_over_many_slots(cluster: Cluster, replicas_factory, store: str) -> None:
     replicas: Replicas = replicas_factory(store)
     for i in range(3):
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("tick", every="2s", successfulRunsHistoryLimit=50))
-    cluster.wait(lambda: _phases(cluster, "tick")["Succeeded"] >= 8, timeout=120, what="8 successful runs")
+    cluster.wait(lambda: cluster.phases("tick")["Succeeded"] >= 8, timeout=120, what="8 successful runs")
     runs = cluster.runs("tick")
     slots = [int(r["spec"]["slot"]) for r in runs]
     assert len(slots) == len(set(slots))
@@ -59,14 +55,7 @@ def test_killed_runner_pod_is_adopted_not_relaunched(cluster: Cluster, replicas_
     for i in range(3):
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("long", every="1h", annotations={"anarchon.test/run-seconds": "20"}))
-    time.sleep(3)
-    replicas_bin = "anarchon"  # manual trigger through the annotation, as `anarchon trigger` does
-    cluster.kubectl("annotate", "--overwrite", "anarchonjob", "long", "anarchon.io/trigger=1800000000000")
-    run = cluster.wait(
-        lambda: [r for r in cluster.runs("long") if (r.get("status") or {}).get("phase") == "Running"],
-        timeout=60,
-        what=f"a running run ({replicas_bin})",
-    )[0]
+    run = cluster.trigger_running("long")
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -80,7 +69,7 @@ def test_killed_runner_pod_is_adopted_not_relaunched(cluster: Cluster, replicas_
     assert taken["status"]["podName"] == run["status"]["podName"], "the living Pod must be adopted"
     pods = cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-    cluster.wait(lambda: _phases(cluster, "long")["Succeeded"] == 1, timeout=60, what="the adopted run to succeed")
+    cluster.wait(lambda: cluster.phases("long")["Succeeded"] == 1, timeout=60, what="the adopted run to succeed")
     assert cluster.events("Adopted")
 
 
@@ -89,13 +78,7 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
     for i in range(2):
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("vanish", every="1h", annotations={"anarchon.test/run-seconds": "6"}))
-    time.sleep(3)
-    cluster.kubectl("annotate", "--overwrite", "anarchonjob", "vanish", "anarchon.io/trigger=1800000000000")
-    run = cluster.wait(
-        lambda: [r for r in cluster.runs("vanish") if (r.get("status") or {}).get("phase") == "Running"],
-        timeout=60,
-        what="a running run",
-    )[0]
+    run = cluster.trigger_running("vanish")
     first_pod = run["status"]["podName"]
     cluster.kubectl("delete", "pod", first_pod, "--wait=false")
     second = cluster.wait(
@@ -104,7 +87,7 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
         what="attempt 2",
     )[0]
     assert second["status"]["podName"] == f"{run['metadata']['name']}-a2"
-    cluster.wait(lambda: _phases(cluster, "vanish")["Succeeded"] == 1, timeout=60, what="attempt 2 to succeed")
+    cluster.wait(lambda: cluster.phases("vanish")["Succeeded"] == 1, timeout=60, what="attempt 2 to succeed")
     final = cluster.runs("vanish")[0]["status"]
     assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Succeeded"]
 
@@ -113,9 +96,8 @@ def test_failed_pod_fails_the_run(cluster: Cluster, replicas_factory, tmp_path: 
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     replicas.start("replica-0")
     cluster.apply(job_manifest("bad", every="1h", annotations={"anarchon.test/exit-code": "3"}))
-    time.sleep(2)
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "bad", "anarchon.io/trigger=1800000000000")
-    cluster.wait(lambda: _phases(cluster, "bad")["Failed"] == 1, timeout=60, what="the run to fail")
+    cluster.wait(lambda: cluster.phases("bad")["Failed"] == 1, timeout=60, what="the run to fail")
     status = cluster.runs("bad")[0]["status"]
     assert "code 3" in status["message"]
     assert status["attempt"] == 1
@@ -141,7 +123,7 @@ def test_invalid_spec_gets_condition_and_event_and_others_keep_running(
     cond = next(c for c in job["status"]["conditions"] if c["type"] == "Invalid")
     assert "Mars/Olympus_Mons" in cond["message"]
     assert cluster.events("InvalidSpec")
-    cluster.wait(lambda: _phases(cluster, "good")["Succeeded"] >= 2, timeout=120, what="the good job to keep running")
+    cluster.wait(lambda: cluster.phases("good")["Succeeded"] >= 2, timeout=120, what="the good job to keep running")
     assert replicas.procs["replica-0"].poll() is None
 
 
@@ -161,7 +143,7 @@ def test_claim_only_store_runs_allow_jobs_and_refuses_lease_policies(
 
     message = cluster.wait(refused, timeout=60, what="the claim-only refusal")
     assert "claim-only" in message and "overlap=Skip" in message
-    cluster.wait(lambda: _phases(cluster, "plain")["Succeeded"] >= 3, timeout=90, what="runs on a claim-only store")
+    cluster.wait(lambda: cluster.phases("plain")["Succeeded"] >= 3, timeout=90, what="runs on a claim-only store")
     pods = cluster.pods("anarchon.io/job=plain")
     per_run = Counter(p["metadata"]["labels"]["anarchon.io/run"] for p in pods)
     assert max(per_run.values()) == 1

@@ -9,14 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
 from pathlib import Path
 
 from .conftest import REPO, Cluster, Replicas, job_manifest
-
-
-def _phases(cluster: Cluster, job: str) -> Counter[str]:
-    return Counter((r.get("status") or {}).get("phase") for r in cluster.runs(job))
 
 
 def _live_pods(cluster: Cluster, job: str) -> list[dict]:
@@ -38,10 +33,10 @@ def test_overlap_skip_records_skipped_runs(cluster: Cluster, replicas_factory, t
     )
     max_live = 0
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and _phases(cluster, "skipper")["Skipped"] < 2:
+    while time.monotonic() < deadline and cluster.phases("skipper")["Skipped"] < 2:
         max_live = max(max_live, len(_live_pods(cluster, "skipper")))
         time.sleep(0.5)
-    phases = _phases(cluster, "skipper")
+    phases = cluster.phases("skipper")
     assert phases["Skipped"] >= 2, phases
     assert max_live <= 1
     skipped = next(r for r in cluster.runs("skipper") if (r.get("status") or {}).get("phase") == "Skipped")
@@ -54,7 +49,7 @@ def test_overlap_allow_runs_side_by_side(cluster: Cluster, replicas_factory, tmp
     replicas.start("replica-0")
     cluster.apply(job_manifest("together", every="2s", overlap="Allow", annotations={"anarchon.test/run-seconds": "6"}))
     cluster.wait(lambda: len(_live_pods(cluster, "together")) >= 2, timeout=90, what="two runs at once")
-    assert _phases(cluster, "together")["Skipped"] == 0
+    assert cluster.phases("together")["Skipped"] == 0
 
 
 def test_overlap_replace_stops_the_older_run(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
@@ -94,7 +89,7 @@ def test_suspend_and_resume(cluster: Cluster, replicas_factory, tmp_path: Path) 
     ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Suspended")
     cluster.kubectl("patch", "anarchonjob", "sleepy", "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    cluster.wait(lambda: _phases(cluster, "sleepy")["Succeeded"] >= 2, timeout=60, what="runs after resume")
+    cluster.wait(lambda: cluster.phases("sleepy")["Succeeded"] >= 2, timeout=60, what="runs after resume")
 
 
 def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
@@ -104,7 +99,7 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
     cluster.apply(
         job_manifest("catcher", every="3s", catchUp={"policy": "All", "window": "1h"}, successfulRunsHistoryLimit=50)
     )
-    cluster.wait(lambda: _phases(cluster, "catcher")["Succeeded"] >= 1, timeout=60, what="a first run")
+    cluster.wait(lambda: cluster.phases("catcher")["Succeeded"] >= 1, timeout=60, what="a first run")
     cluster.wait(
         lambda: not [r for r in cluster.runs("catcher") if (r.get("status") or {}).get("phase") == "Running"],
         timeout=30,
@@ -138,13 +133,7 @@ def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_
     for i in range(2):
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("frozen", every="1h", annotations={"anarchon.test/run-seconds": "25"}))
-    time.sleep(3)
-    cluster.kubectl("annotate", "--overwrite", "anarchonjob", "frozen", "anarchon.io/trigger=1800000000000")
-    run = cluster.wait(
-        lambda: [r for r in cluster.runs("frozen") if (r.get("status") or {}).get("phase") == "Running"],
-        timeout=60,
-        what="a running run",
-    )[0]
+    run = cluster.trigger_running("frozen")
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGSTOP)
     taken = cluster.wait(
@@ -155,7 +144,7 @@ def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_
     assert taken["status"]["podName"] == run["status"]["podName"]
     replicas.kill(runner, signal.SIGCONT)
     cluster.wait(lambda: "fenced" in replicas.log(runner), timeout=30, what="the woken runner to be fenced")
-    cluster.wait(lambda: _phases(cluster, "frozen")["Succeeded"] == 1, timeout=60, what="the run to succeed")
+    cluster.wait(lambda: cluster.phases("frozen")["Succeeded"] == 1, timeout=60, what="the run to succeed")
     final = cluster.runs("frozen")[0]["status"]
     assert final["attempt"] == 2 and final["instance"] != runner
     assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1
@@ -165,9 +154,9 @@ def test_history_limits_delete_old_runs_and_pods(cluster: Cluster, replicas_fact
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(job_manifest("short", every="1s", successfulRunsHistoryLimit=2, failedRunsHistoryLimit=0))
-    cluster.wait(lambda: _phases(cluster, "short")["Succeeded"] >= 2, timeout=60, what="runs")
+    cluster.wait(lambda: cluster.phases("short")["Succeeded"] >= 2, timeout=60, what="runs")
     time.sleep(8)
-    phases = _phases(cluster, "short")
+    phases = cluster.phases("short")
     assert phases["Succeeded"] <= 3, phases  # the limit, plus at most one finishing right now
     job = cluster.get("anarchonjob", "short")
     assert job["status"]["lastSuccessfulTime"]
@@ -182,7 +171,7 @@ def test_cron_with_time_zone(cluster: Cluster, replicas_factory, tmp_path: Path)
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(job_manifest("zoned", every=None, cron="*/3 * * * * *", tz="Asia/Kolkata"))
-    cluster.wait(lambda: _phases(cluster, "zoned")["Succeeded"] >= 2, timeout=60, what="cron runs")
+    cluster.wait(lambda: cluster.phases("zoned")["Succeeded"] >= 2, timeout=60, what="cron runs")
     slots = [int(r["spec"]["slot"]) for r in cluster.runs("zoned")]
     assert all(s % 3000 == 0 for s in slots)
     job = cluster.get("anarchonjob", "zoned")
@@ -223,7 +212,7 @@ def test_metrics_and_liveness_endpoints(cluster: Cluster, control_plane, namespa
     )
     try:
         cluster.apply(job_manifest("measured", every="1s"))
-        cluster.wait(lambda: _phases(cluster, "measured")["Succeeded"] >= 2, timeout=60, what="runs")
+        cluster.wait(lambda: cluster.phases("measured")["Succeeded"] >= 2, timeout=60, what="runs")
 
         def scrape() -> str:
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as rsp:
