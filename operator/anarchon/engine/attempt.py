@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from .backend import LeaseBackend
 from .clock import Clock
@@ -142,9 +143,8 @@ class AttemptRunner:
             error = f"{type(exc).__name__}: {exc}"
         return await self._finish(RunState.FAILED, error)
 
-    async def _with_retries(self, what: str, op: object) -> bool | None:
+    async def _with_retries(self, what: str, op: Callable[[], Awaitable[bool]]) -> bool | None:
         """Retry a final write while our lease may still be valid; None if it never got through."""
-        assert callable(op)
         delay = 0.05
         while True:
             try:
