@@ -12,6 +12,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -92,7 +93,10 @@ class SqliteBackend(LeaseBackend):
         self.path = str(path)
         self._busy_timeout_s = busy_timeout_s
         self._conn: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        # One thread owns the connection: every call, close() included, runs there in order.
+        # A caller that is cancelled cannot stop a statement already running in that thread,
+        # and with a single worker nothing else can touch the connection meanwhile.
+        self._executor: ThreadPoolExecutor | None = None
 
     def _connect(self) -> sqlite3.Connection:
         if self.path not in ("", ":memory:"):
@@ -104,30 +108,48 @@ class SqliteBackend(LeaseBackend):
         return conn
 
     async def setup(self) -> None:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
         if self._conn is None:
-            self._conn = await self._call(self._connect, connect=True)
+
+            def connect() -> None:
+                if self._conn is None:
+                    self._conn = self._connect()
+
+            await self._call(connect, connect=True)
 
     async def close(self) -> None:
-        if self._conn is not None:
+        executor = self._executor
+        if executor is None:
+            return
+
+        def shut() -> None:
             conn, self._conn = self._conn, None
-            async with self._lock:
-                await asyncio.to_thread(conn.close)
+            if conn is not None:
+                conn.close()
+
+        try:
+            await self._call(shut, connect=True)  # after every call already queued
+        finally:
+            self._executor = None
+            executor.shutdown(wait=False)
 
     async def _call(self, fn: Callable[[], T], *, connect: bool = False) -> T:
-        if self._conn is None and not connect:
-            raise StoreError("sqlite backend used before setup()")
-        async with self._lock:
-            try:
-                return await asyncio.to_thread(fn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"sqlite {self.path}: {exc}") from exc
+        executor = self._executor
+        if executor is None or (self._conn is None and not connect):
+            raise StoreError(f"sqlite {self.path}: backend used before setup() or after close()")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, fn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
 
     def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
         """Wrap ``fn`` in BEGIN IMMEDIATE ... COMMIT, rolling back on any error."""
 
         def run() -> T:
             conn = self._conn
-            assert conn is not None
+            if conn is None:
+                raise sqlite3.ProgrammingError("the connection was closed")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(conn)
@@ -205,7 +227,8 @@ class SqliteBackend(LeaseBackend):
         return await self._call(lambda: self._get(self._conn_or_fail(), job, slot))
 
     def _conn_or_fail(self) -> sqlite3.Connection:
-        assert self._conn is not None
+        if self._conn is None:
+            raise sqlite3.ProgrammingError("the connection was closed")
         return self._conn
 
     async def active_runs(self, job: str) -> list[Run]:
