@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -102,10 +103,28 @@ class SqliteBackend(LeaseBackend):
         if self.path not in ("", ":memory:"):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.executescript(_SCHEMA)
-        return conn
+        # Several processes may open a new file at once: switching to WAL and creating the
+        # schema can meet "database is locked" without the busy handler being consulted, so
+        # both are retried, and the schema is created inside one immediate transaction.
+        for attempt in range(100):
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        conn.execute(statement)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                return conn
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 99:
+                    conn.close()
+                    raise
+                time.sleep(0.01 * (1 + attempt % 10))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def setup(self) -> None:
         if self._executor is None:
