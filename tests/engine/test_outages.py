@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from anarchon.engine import RunContext, RunState, ScaledClock, Scheduler
+from anarchon.engine import RunContext, RunState, Scheduler
 from anarchon.engine.backends import from_url
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
 
-from .harness import Calls, Recorder, wait_for
+from .harness import Calls, Recorder, fast_clock, wait_for
 
 
 class Errors(Recorder):
@@ -64,7 +64,7 @@ async def _outage(server: Any, seconds: float) -> None:
 
 
 async def test_scheduler_survives_a_store_outage(private_server: Any, job_name: str) -> None:
-    clock = ScaledClock(10.0)
+    clock = fast_clock(10.0)
     listener = Errors()
     calls = Calls(clock)
     sched = Scheduler(_backend(private_server), instance_id="solo", clock=clock, listener=listener)
@@ -89,7 +89,7 @@ async def test_scheduler_survives_a_store_outage(private_server: Any, job_name: 
 
 async def test_runner_that_loses_the_store_past_its_lease_stops(private_server: Any, job_name: str) -> None:
     """A runner that cannot heartbeat for longer than its lease must assume it was replaced."""
-    clock = ScaledClock(10.0)
+    clock = fast_clock(10.0)
     listener = Errors()
     calls = Calls(clock)
 

@@ -26,14 +26,14 @@ from anarchon.engine import (
 )
 from anarchon.engine.scheduler import job_options
 
-from .harness import Calls, Recorder, wait_for
+from .harness import Calls, Recorder, fast_clock, wait_for
 
 FACTOR = 20.0  # one fake second is 50 ms of real time
 
 
 @pytest.fixture
 def clock() -> ScaledClock:
-    return ScaledClock(FACTOR)
+    return fast_clock(FACTOR)
 
 
 @pytest.fixture

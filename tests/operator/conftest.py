@@ -67,11 +67,15 @@ class Cluster:
         return Counter((r.get("status") or {}).get("phase") for r in self.runs(job))
 
     def trigger_running(self, job: str, slot_ms: int = 1_800_000_000_000) -> dict[str, Any]:
-        """Trigger a manual run (as `anarchon trigger` does) once the job is Ready; return it Running."""
+        """Trigger a manual run (as `anarchon trigger` does) once the job is Ready; return it Running.
+
+        A suspended job takes manual triggers too: tests that only want the triggered run
+        suspend the schedule, so no scheduled slot (say, the top of the hour) adds a run.
+        """
 
         def ready() -> bool:
             conds = ((self.get("anarchonjob", job) or {}).get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+            return any(c["type"] == "Ready" and (c["status"] == "True" or c["reason"] == "Suspended") for c in conds)
 
         self.wait(ready, timeout=60, what=f"job {job} to be Ready")
         self.kubectl("annotate", "--overwrite", "anarchonjob", job, f"anarchon.io/trigger={slot_ms}")

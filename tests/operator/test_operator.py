@@ -54,7 +54,7 @@ def test_killed_runner_pod_is_adopted_not_relaunched(cluster: Cluster, replicas_
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     for i in range(3):
         replicas.start(f"replica-{i}")
-    cluster.apply(job_manifest("long", every="1h", annotations={"anarchon.test/run-seconds": "20"}))
+    cluster.apply(job_manifest("long", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "20"}))
     run = cluster.trigger_running("long")
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGKILL)
@@ -77,7 +77,7 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     for i in range(2):
         replicas.start(f"replica-{i}")
-    cluster.apply(job_manifest("vanish", every="1h", annotations={"anarchon.test/run-seconds": "6"}))
+    cluster.apply(job_manifest("vanish", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "6"}))
     run = cluster.trigger_running("vanish")
     first_pod = run["status"]["podName"]
     cluster.kubectl("delete", "pod", first_pod, "--wait=false")
@@ -95,7 +95,7 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
 def test_failed_pod_fails_the_run(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     replicas.start("replica-0")
-    cluster.apply(job_manifest("bad", every="1h", annotations={"anarchon.test/exit-code": "3"}))
+    cluster.apply(job_manifest("bad", every="1h", suspend=True, annotations={"anarchon.test/exit-code": "3"}))
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "bad", "anarchon.io/trigger=1800000000000")
     cluster.wait(lambda: cluster.phases("bad")["Failed"] == 1, timeout=60, what="the run to fail")
     status = cluster.runs("bad")[0]["status"]

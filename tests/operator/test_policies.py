@@ -132,7 +132,7 @@ def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     for i in range(2):
         replicas.start(f"replica-{i}")
-    cluster.apply(job_manifest("frozen", every="1h", annotations={"anarchon.test/run-seconds": "25"}))
+    cluster.apply(job_manifest("frozen", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "25"}))
     run = cluster.trigger_running("frozen")
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGSTOP)
