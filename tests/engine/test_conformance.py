@@ -145,7 +145,20 @@ async def test_takeover_exhausted_makes_run_interrupted(lease_backend: LeaseBack
     run = await lease_backend.get_run(job_name, 1)
     assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 2
     assert run.attempts[-1].outcome is RunState.INTERRUPTED
+    assert run.error == "gave up after attempt 2 of 2: lease expired"
     assert await lease_backend.active_runs(job_name) == []
+
+
+async def test_giving_up_keeps_the_last_attempts_reason(lease_backend: LeaseBackend, job_name: str) -> None:
+    """A released last attempt (its Pod vanished, say) is why the run ended: the error says so."""
+    await lease_backend.claim(req(job_name, 1, "a", "t1"))
+    assert await lease_backend.release(job_name, 1, "t1", NOW + 10, "Pod p-a1: deleted")
+    final = await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "t2", NOW + 11, LEASE, 1))
+    assert final.outcome is ClaimOutcome.TAKEN
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 1
+    assert run.error == "gave up after attempt 1 of 1: Pod p-a1: deleted"
+    assert [a.error for a in run.attempts] == ["Pod p-a1: deleted"]
 
 
 async def test_release_lets_a_backup_take_over_at_once(lease_backend: LeaseBackend, job_name: str) -> None:

@@ -92,6 +92,28 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
     assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Succeeded"]
 
 
+def test_run_that_loses_its_last_attempt_ends_interrupted(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    every_pod_vanishes = {"anarchon.test/vanish-seconds": "2"}
+    cluster.apply(job_manifest("doomed", every="1h", suspend=True, maxAttempts=2, annotations=every_pod_vanishes))
+    run = cluster.trigger_running("doomed")
+    final = cluster.wait(
+        lambda: [r["status"] for r in cluster.runs("doomed") if (r.get("status") or {}).get("finishTime")],
+        timeout=90,
+        what="the run to end once its attempts are used up",
+    )[0]
+    assert final["phase"] == "Interrupted", final
+    assert final["attempt"] == 2
+    assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Interrupted"]
+    assert final["message"].startswith("gave up after attempt 2 of 2: Pod "), final["message"]
+    assert cluster.events("RunInterrupted")
+    time.sleep(3)  # a third attempt would have been launched by now: there is none
+    assert [r["status"]["attempt"] for r in cluster.runs("doomed")] == [2]
+    assert not cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
+
+
 def test_failed_pod_fails_the_run(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     replicas.start("replica-0")

@@ -112,7 +112,8 @@ def takeover(run: Run | None, req: TakeoverRequest) -> tuple[ClaimResult, Run | 
     nxt.updated_ms = req.now_ms
     if run.attempt >= req.max_attempts:
         nxt.state = RunState.INTERRUPTED
-        nxt.error = f"lease expired after attempt {run.attempt} of {req.max_attempts}"
+        # Say why the last attempt ended (a released attempt left its reason), not just that it did.
+        nxt.error = f"gave up after attempt {run.attempt} of {req.max_attempts}: {run.error or 'lease expired'}"
         nxt.lease_until_ms = 0
         return ClaimResult(ClaimOutcome.TAKEN, nxt), nxt
     nxt.attempt = run.attempt + 1

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import ConfigError, Job, LeaseBackend, Scheduler
+from ..engine import ConfigError, Job, LeaseBackend, Run, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
@@ -295,3 +295,19 @@ class OperatorListener(MetricsListener):
             ),
             warning=True,
         )
+
+    def run_interrupted_final(self, run: Run) -> None:
+        super().run_interrupted_final(run)
+        message = run.error or f"interrupted after attempt {run.attempt}"
+        found = self._spec(run.job)
+        if found:
+            controller, spec = found
+            controller.spawn(self._given_up(controller, spec, run.slot, run.attempt, message))
+        self._event(
+            run.job, "RunInterrupted", lambda spec: f"run {run_name(spec.name, run.slot)}: {message}", warning=True
+        )
+
+    @staticmethod
+    async def _given_up(controller: JobController, spec: JobSpec, slot: int, attempt: int, message: str) -> None:
+        await runs.record_given_up(controller.kube, spec, slot, attempt, message)
+        await controller.refresh_status(spec)

@@ -188,7 +188,8 @@ BEGIN
                 END,
             state = CASE WHEN r.attempt >= p_max THEN 'Interrupted' ELSE 'Claimed' END,
             error = CASE WHEN r.attempt >= p_max
-                THEN 'lease expired after attempt ' || r.attempt || ' of ' || p_max END,
+                THEN 'gave up after attempt ' || r.attempt || ' of ' || p_max || ': '
+                     || COALESCE(NULLIF(r.error, ''), 'lease expired') END,
             lease_until = CASE WHEN r.attempt >= p_max THEN 0 ELSE p_now + p_lease END,
             attempt = CASE WHEN r.attempt >= p_max THEN r.attempt ELSE r.attempt + 1 END,
             instance = CASE WHEN r.attempt >= p_max THEN r.instance ELSE p_instance END,

@@ -235,7 +235,7 @@ _TAKEOVER = (
     + """
 local key = KEYS[1]
 local now = ARGV[1]
-local st = redis.call('HMGET', key, 'state', 'lease_until', 'attempt', 'attempts')
+local st = redis.call('HMGET', key, 'state', 'lease_until', 'attempt', 'attempts', 'error')
 if not st[1] then
   return {'taken'}
 end
@@ -244,8 +244,12 @@ if not is_active(st[1]) or tonumber(st[2]) > tonumber(now) then
 end
 local attempts = close_attempt(st[4], now, 'Interrupted', '1', 'lease expired')
 if tonumber(st[3]) >= tonumber(ARGV[2]) then
+  local last_error = st[5]
+  if not last_error or last_error == '' then
+    last_error = 'lease expired'
+  end
   redis.call('HSET', key, 'attempts', attempts, 'updated', now, 'state', 'Interrupted',
-    'error', 'lease expired after attempt ' .. st[3] .. ' of ' .. ARGV[2], 'lease_until', '0')
+    'error', 'gave up after attempt ' .. st[3] .. ' of ' .. ARGV[2] .. ': ' .. last_error, 'lease_until', '0')
   redis.call('ZREM', KEYS[2], ARGV[8])
   expire_final(key, ARGV[8], KEYS[3], ARGV[7], now)
   return {'taken', redis.call('HGETALL', key)}
