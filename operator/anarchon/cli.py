@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("--instance-id", help="this replica's name in history (env ANARCHON_INSTANCE_ID or POD_NAME)")
     op.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then in-cluster)")
     op.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
-    op.add_argument("--health-port", type=int, default=8081, help="liveness /healthz port (0: off)")
+    op.add_argument(
+        "--health-port", type=int, default=8081, help="liveness /healthz and readiness /readyz port (0: off)"
+    )
     op.add_argument("--log-format", choices=["plain", "json"], default="plain")
     op.add_argument("--log-level", default=os.environ.get("ANARCHON_LOG_LEVEL", "INFO"))
     op.set_defaults(func=cmd_operator)

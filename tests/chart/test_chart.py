@@ -143,8 +143,9 @@ def test_operator_command_ports_probes_and_identity() -> None:
     assert "--log-format=json" in c["args"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     env = env_of(c)
     # The instance id of each replica is its pod name.
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}

@@ -581,3 +581,7 @@ async def test_scheduler_refuses_lease_policies_on_a_claim_only_store(claim_url:
         scheduler.every(job_name, "1s", handler, overlap="Skip")
     with pytest.raises(ConfigError, match="claim-only"):
         scheduler.every(job_name, "1s", handler, catch_up="All")
+
+
+async def test_ping_answers_on_a_live_store(claim_backend: Backend) -> None:
+    await claim_backend.ping()  # raises StoreError if the store does not answer

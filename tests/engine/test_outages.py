@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from anarchon.engine import RunContext, RunState, Scheduler
+from anarchon.engine import RunContext, RunState, Scheduler, StoreError
 from anarchon.engine.backends import from_url
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
@@ -112,3 +112,32 @@ async def test_runner_that_loses_the_store_past_its_lease_stops(private_server: 
     finally:
         await sched.stop(handover=False)
         await sched.backend.close()
+
+
+async def test_ping_fails_while_the_store_is_down_and_answers_after(private_server: Any) -> None:
+    """What the operator's readiness probe sees: an error during the outage, success after."""
+    backend = _backend(private_server)
+    await backend.setup()
+    try:
+        await backend.ping()
+        if isinstance(private_server, RedisServer):
+            await asyncio.to_thread(private_server.pause)
+        else:
+            await asyncio.to_thread(private_server.kill)
+        try:
+            with pytest.raises(StoreError):
+                await asyncio.wait_for(backend.ping(), 30)
+        finally:
+            if isinstance(private_server, RedisServer):
+                await asyncio.to_thread(private_server.resume)
+            else:
+                await asyncio.to_thread(private_server.restart)
+        for _ in range(100):  # a restarted PostgreSQL takes a moment to accept connections
+            try:
+                await backend.ping()
+                break
+            except StoreError:
+                await asyncio.sleep(0.2)
+        await backend.ping()
+    finally:
+        await backend.close()

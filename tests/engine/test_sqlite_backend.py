@@ -39,10 +39,15 @@ async def test_use_before_setup_and_after_close_is_a_store_error(tmp_path: Path)
     backend = SqliteBackend(tmp_path / "x.db")
     with pytest.raises(StoreError, match="setup"):
         await backend.last_slot("job")
+    with pytest.raises(StoreError, match="setup"):
+        await backend.ping()  # a readiness probe before the store is open says not ready
     await backend.setup()
+    await backend.ping()
     await backend.close()
     with pytest.raises(StoreError, match="close"):
         await backend.last_slot("job")
+    with pytest.raises(StoreError, match="close"):
+        await backend.ping()
     await backend.setup()  # and it can be opened again
     assert await backend.last_slot("job") is None
     await backend.close()

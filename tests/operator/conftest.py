@@ -107,7 +107,8 @@ class Replicas:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str) -> subprocess.Popen[bytes]:
+    def start(self, name: str, *options: str) -> subprocess.Popen[bytes]:
+        """Start replica ``name``; ``options`` are added to (and, being last, override) its flags."""
         env = {**os.environ, "PYTHONPATH": f"{REPO / 'operator'}:{REPO}", "ANARCHON_LOG_LEVEL": "INFO"}
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
@@ -128,6 +129,7 @@ class Replicas:
                 "0",
                 "--health-port",
                 "0",
+                *options,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

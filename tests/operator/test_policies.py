@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import socket
-import subprocess
-import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from .conftest import REPO, Cluster, Replicas, job_manifest
+from tests.servers.redis import RedisServer, free_port
+
+from .conftest import Cluster, Replicas, job_manifest
 
 
 def _live_pods(cluster: Cluster, job: str) -> list[dict]:
@@ -184,46 +187,59 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_metrics_and_liveness_endpoints(cluster: Cluster, control_plane, namespace: str, tmp_path: Path) -> None:
-    metrics, health = _free_port(), _free_port()
-    env = {"PYTHONPATH": f"{REPO / 'operator'}:{REPO}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "anarchon",
-            "operator",
-            "--store",
-            f"sqlite://{tmp_path / 's.db'}",
-            "--kubeconfig",
-            str(control_plane.kubeconfig),
-            "-n",
-            namespace,
-            "--instance-id",
-            "metrics-0",
-            "--metrics-port",
-            str(metrics),
-            "--health-port",
-            str(health),
-        ],
-        stdout=open(tmp_path / "op.log", "wb"),  # noqa: SIM115 - lives as long as the process
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+def _get(port: int, path: str) -> tuple[int, dict[str, Any]]:
     try:
-        cluster.apply(job_manifest("measured", every="1s"))
-        cluster.wait(lambda: cluster.phases("measured")["Succeeded"] >= 2, timeout=60, what="runs")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as rsp:
+            return rsp.status, json.loads(rsp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
 
-        def scrape() -> str:
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as rsp:
-                return rsp.read().decode()
 
-        text = cluster.wait(lambda: "anarchon_runs_total" in (t := scrape()) and t, timeout=30, what="metrics")
-        assert 'anarchon_claims_total{result="won"}' in text
-        assert "anarchon_slot_claim_skew_seconds_bucket" in text
-        assert 'anarchon_runs_total{outcome="Success"}' in text
-        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5) as rsp:
-            assert rsp.status == 200
+def test_metrics_liveness_and_readiness_endpoints(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    metrics, health = _free_port(), _free_port()
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("metrics-0", "--metrics-port", str(metrics), "--health-port", str(health))
+    cluster.apply(job_manifest("measured", every="1s"))
+    cluster.wait(lambda: cluster.phases("measured")["Succeeded"] >= 2, timeout=60, what="runs")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as rsp:
+            return str(rsp.read().decode())
+
+    text = cluster.wait(lambda: "anarchon_runs_total" in (t := scrape()) and t, timeout=30, what="metrics")
+    assert 'anarchon_claims_total{result="won"}' in text
+    assert "anarchon_slot_claim_skew_seconds_bucket" in text
+    assert 'anarchon_runs_total{outcome="Success"}' in text
+    assert _get(health, "/healthz") == (200, {"alive": True, "instance": "metrics-0", "jobs": 1})
+    assert _get(health, "/readyz") == (200, {"ready": True, "store": "sqlite", "instance": "metrics-0", "jobs": 1})
+
+
+def test_replica_without_its_store_is_alive_but_not_ready(cluster: Cluster, replicas_factory) -> None:
+    """No crash loop while the store is away: alive (retrying), not ready, ready once it is up."""
+    health = _free_port()
+    store = RedisServer(port=free_port())  # not started yet: connections are refused
+    replicas: Replicas = replicas_factory(store.url)
+    proc = replicas.start("waiting-0", "--health-port", str(health))
+    try:
+        status, body = cluster.wait(lambda: _answer(health, "/readyz"), timeout=60, what="the readiness endpoint")
+        assert status == 503 and body["ready"] is False and body["store"] == "redis", body
+        assert "refused" in body["error"].lower() or "connect" in body["error"].lower(), body
+        assert _get(health, "/healthz")[0] == 200
+        time.sleep(3)
+        assert proc.poll() is None, "the replica must wait for its store, not exit"
+        assert _get(health, "/readyz")[0] == 503
+        store.start()
+        cluster.wait(lambda: _get(health, "/readyz")[0] == 200, timeout=60, what="ready once the store is up")
+        cluster.apply(job_manifest("late", every="1s"))
+        cluster.wait(lambda: cluster.phases("late")["Succeeded"] >= 1, timeout=60, what="runs once ready")
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        replicas.stop_all()
+        store.stop()
+
+
+def _answer(port: int, path: str) -> tuple[int, dict[str, Any]] | None:
+    """The endpoint's answer, or None while nothing listens yet."""
+    try:
+        return _get(port, path)
+    except OSError:
+        return None

@@ -66,6 +66,16 @@ class Backend(ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
+    async def ping(self) -> None:
+        """One round trip to the store; StoreError if it does not answer.
+
+        For readiness probes: an instance that cannot reach its store can claim nothing and
+        should say so, without being restarted for it (restarting does not bring a store
+        back). This default only re-runs the idempotent :meth:`setup`; the stores in this
+        package override it with a real round trip.
+        """
+        await self.setup()
+
     @abstractmethod
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         """Atomically claim a run; exactly one concurrent caller gets ``won``."""

@@ -120,6 +120,11 @@ class Scheduler:
             await loop.stop(handover=handover)
 
     @property
+    def started(self) -> bool:
+        """True between a successful :meth:`start` (the store set up) and :meth:`stop`."""
+        return self._started
+
+    @property
     def jobs(self) -> Mapping[str, JobLoop]:
         return dict(self._loops)
 

@@ -1,6 +1,7 @@
 """Wiring: one process = one instance = kopf (watching, standalone) + the engine's Scheduler.
 
-kopf is used only for what it is good at here: watching AnarchonJobs and serving liveness.
+kopf is used only for what it is good at here: watching AnarchonJobs. Liveness and readiness
+are served by :mod:`.health` from the first moment, before the store answers.
 Its peering is off (every replica is active; the store picks one winner per slot), its
 state-tracking handlers are unused (they would make replicas fight over annotations), and
 its event posting is off (we post our own, from engine tasks outside handler contexts).
@@ -21,6 +22,7 @@ from ..engine.backends import from_url
 from .client import GROUP, JOBS, VERSION, Kube, connect
 from .controller import JobController, OperatorListener
 from .events import EventPoster
+from .health import HealthServer
 from .metrics import Metrics
 
 log = logging.getLogger("anarchon.kube")
@@ -85,10 +87,6 @@ def build_registry(
             )
         return None
 
-    @kopf.on.probe(id="jobs", registry=registry)
-    async def jobs_probe(**_: Any) -> int:
-        return len(scheduler.jobs)
-
     return registry
 
 
@@ -103,7 +101,21 @@ async def run_operator(cfg: OperatorConfig) -> None:
     events = EventPoster(kube, instance=cfg.instance_id)
     controller = JobController(kube, scheduler, events, metrics)
     controller_ref.append(controller)
-    await _until_store_ready(scheduler)
+    health = None
+    if cfg.health_port:
+        health = HealthServer(
+            backend,
+            lambda: scheduler.started,
+            lambda: {"instance": cfg.instance_id, "jobs": len(scheduler.jobs)},
+            cfg.health_port,
+        )
+        await health.start()
+    try:
+        await _until_store_ready(scheduler)
+    except BaseException:
+        if health is not None:
+            await health.stop()
+        raise
     registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
     log.info(
         "instance %s on store %s, watching %s",
@@ -117,12 +129,13 @@ async def run_operator(cfg: OperatorConfig) -> None:
             standalone=True,
             clusterwide=not cfg.namespaces,
             namespaces=cfg.namespaces,
-            liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz" if cfg.health_port else None,
             stop_flag=cfg.stop_flag,
         )
     finally:
         # Hand running attempts over: their Pods keep running and a backup adopts them at once.
         await scheduler.stop(handover=True)
+        if health is not None:
+            await health.stop()
         await backend.close()
         await kube.close()
 

@@ -198,6 +198,19 @@ class NatsBackend(Backend):
         """The JetStream context of the backend's connection (benchmarks time raw publishes on it)."""
         return self._jetstream()
 
+    async def ping(self) -> None:
+        """Reconnect if needed, then a PING/PONG round trip (``flush``) on the connection."""
+        from nats.errors import Error as NatsError
+
+        await self._connected()
+        nc = self._nc
+        if nc is None:
+            raise StoreError("nats: the connection was closed")
+        try:
+            await nc.flush(timeout=max(1, int(self.timeout_s)))
+        except (TimeoutError, NatsError, OSError) as exc:
+            raise StoreError(f"nats: {redact(self.url)} does not answer: {exc}") from exc
+
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None and not nc.is_closed:

@@ -445,6 +445,12 @@ class PostgresBackend(LeaseBackend):
 
         await self._run(op)
 
+    async def ping(self) -> None:
+        async def op(conn: Conn) -> None:
+            await conn.execute("SELECT 1")
+
+        await self._run(op)
+
     async def close(self) -> None:
         """Close the idle connections; calls still running close theirs when they end."""
         self._closed = True

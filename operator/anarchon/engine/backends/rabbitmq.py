@@ -133,6 +133,15 @@ class RabbitMQBackend(Backend):
     async def setup(self) -> None:
         await self._open_channel()
 
+    async def ping(self) -> None:
+        """An open confirming channel, reconnecting if the connection was lost.
+
+        AMQP has no ping the client can send; the connection's heartbeats are the round
+        trip, and a connection they found dead is closed, so reopening it here tests the
+        broker for real.
+        """
+        await self._open_channel()
+
     @property
     def connection(self) -> AbstractConnection:
         """The backend's AMQP connection (benchmarks time raw publishes on their own channel)."""

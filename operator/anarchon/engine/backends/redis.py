@@ -526,6 +526,9 @@ class RedisBackend(LeaseBackend):
 
         await self._call(work)
 
+    async def ping(self) -> None:
+        await self._call(self._client.ping)
+
     async def close(self) -> None:
         if self._owns_client:
             await self._client.aclose()

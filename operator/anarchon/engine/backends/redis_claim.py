@@ -214,6 +214,14 @@ class _RedisClaimBackend(Backend):
             raise StoreError(f"{self.scheme} backend used before setup()")
         return await self._script(keys=keys, args=args)
 
+    async def ping(self) -> None:
+        from redis.exceptions import RedisError
+
+        try:
+            await self.redis.ping()
+        except RedisError as exc:
+            raise StoreError(f"{self.scheme}: Redis does not answer: {exc}") from exc
+
     async def close(self) -> None:
         if self._redis is not None:
             redis, self._redis = self._redis, None

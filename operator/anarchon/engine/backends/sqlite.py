@@ -137,6 +137,17 @@ class SqliteBackend(LeaseBackend):
 
             await self._call(connect, connect=True)
 
+    async def ping(self) -> None:
+        """A statement through the connection's thread: answers unless the file or thread is stuck."""
+
+        def select() -> None:
+            conn = self._conn
+            if conn is None:
+                raise sqlite3.ProgrammingError("the connection was closed")
+            conn.execute("SELECT 1").fetchone()
+
+        await self._call(select)
+
     async def close(self) -> None:
         executor = self._executor
         if executor is None:
