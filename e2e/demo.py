@@ -24,10 +24,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "e2e" / "controlplane"))
 
-from controlplane import ControlPlane, ControlPlaneError, _child_setup, free_port  # noqa: E402
+from controlplane import ControlPlane, ControlPlaneError, _child_setup, free_port, signals_to_exit  # noqa: E402
 
 GROUP_PATH = "/apis/anarchon.io/v1alpha1"
 DEFAULT_EXAMPLE = REPO / "examples" / "every-10s.yaml"
@@ -186,21 +185,6 @@ def runs_table(cp: ControlPlane, namespace: str, runs: Sequence[dict[str, Any]])
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    stop = threading.Event()
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("examples", nargs="*", type=Path, help=f"AnarchonJob files (default {DEFAULT_EXAMPLE})")
@@ -218,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not p.is_file():
             parser.error(f"no such file: {p}")
 
-    with stop_on_signals() as stop:
+    with signals_to_exit() as stop:
         cp = ControlPlane(args.dir, keep_run_dir=args.dir is not None)
         replicas: list[Replica] = []
         try:

@@ -21,15 +21,24 @@ the backend keeps, independently of how fast the machine is.
 Adding a store means adding one module here; ``bench_claims.py`` discovers it by name
 (``--backends <name>``). A case whose server binary or client library is missing should
 raise :class:`CaseUnavailable` (or any ImportError) from ``case()``: the run reports it and
-goes on with the other stores.
+goes on with the other stores; :func:`local_server` (and :func:`local_redis`) start a server
+from ``tests/servers`` that way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from anarchon.engine import Backend
+
+if TYPE_CHECKING:
+    from tests.servers.process import ServerProcess
+    from tests.servers.redis import RedisServer
+
+S = TypeVar("S", bound="ServerProcess")
 
 
 class CaseUnavailable(RuntimeError):
@@ -48,3 +57,29 @@ class BenchCase:
     # Another, not yet set-up backend on the same store, as another instance would have; it
     # enables --contenders. The benchmark sets up and closes what it makes.
     make_backend: Callable[[], Backend] | None = None
+
+
+@contextlib.contextmanager
+def local_server(make: Callable[[], S]) -> Iterator[S]:
+    """Run the server that ``make()`` creates (a ``tests/servers`` class) for the ``with`` block.
+
+    A missing server binary (:class:`~tests.servers.process.ServerBinaryMissing` from ``make()``)
+    becomes :class:`CaseUnavailable`; the server is started on entry and stopped on exit.
+    """
+    from tests.servers.process import ServerBinaryMissing
+
+    try:
+        server = make()
+    except ServerBinaryMissing as exc:
+        raise CaseUnavailable(str(exc)) from exc
+    with server:
+        yield server
+
+
+@contextlib.contextmanager
+def local_redis() -> Iterator[RedisServer]:
+    """A local ``redis-server`` (default options) for the ``with`` block; see :func:`local_server`."""
+    from tests.servers.redis import RedisServer
+
+    with local_server(RedisServer) as server:
+        yield server

@@ -6,20 +6,16 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from anarchon.engine.backends.nats import NatsBackend
-from bench.cases import BenchCase, CaseUnavailable
+from bench.cases import BenchCase, local_server
 
 DESCRIPTION = "NatsBackend (claim-only: JetStream de-duplication by Nats-Msg-Id) on a local nats-server -js"
 
 
 @contextlib.asynccontextmanager
 async def case() -> AsyncIterator[BenchCase]:
-    from tests.servers.nats import NatsServer, ServerBinaryMissing
+    from tests.servers.nats import NatsServer
 
-    try:
-        server = NatsServer()
-    except ServerBinaryMissing as exc:
-        raise CaseUnavailable(str(exc)) from exc
-    with server:
+    with local_server(NatsServer) as server:
         backend = NatsBackend(server.url)
         await backend.setup()
         js = backend.jetstream

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from anarchon.engine.backends.rabbitmq import RabbitMQBackend
-from bench.cases import BenchCase, CaseUnavailable
+from bench.cases import BenchCase, local_server
 
 DESCRIPTION = "RabbitMQBackend (claim-only: x-max-length=1 reject-publish queue per run) on a local rabbitmq-server"
 
@@ -21,13 +21,9 @@ DESCRIPTION = "RabbitMQBackend (claim-only: x-max-length=1 reject-publish queue 
 @contextlib.asynccontextmanager
 async def case() -> AsyncIterator[BenchCase]:
     import aio_pika
-    from tests.servers.rabbitmq import RabbitMQServer, ServerBinaryMissing
+    from tests.servers.rabbitmq import RabbitMQServer
 
-    try:
-        server = RabbitMQServer()
-    except ServerBinaryMissing as exc:
-        raise CaseUnavailable(str(exc)) from exc
-    with server:
+    with local_server(RabbitMQServer) as server:
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
         backend = RabbitMQBackend(server.url, queue_prefix=prefix)
         await backend.setup()

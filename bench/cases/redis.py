@@ -7,20 +7,14 @@ import uuid
 from collections.abc import AsyncIterator
 
 from anarchon.engine.backends.redis import RedisBackend
-from bench.cases import BenchCase, CaseUnavailable
+from bench.cases import BenchCase, local_redis
 
 DESCRIPTION = "RedisBackend (Lua scripts, EVALSHA) on a local redis-server"
 
 
 @contextlib.asynccontextmanager
 async def case() -> AsyncIterator[BenchCase]:
-    from tests.servers.redis import RedisServer, ServerBinaryMissing
-
-    try:
-        server = RedisServer()
-    except ServerBinaryMissing as exc:
-        raise CaseUnavailable(str(exc)) from exc
-    with server:
+    with local_redis() as server:
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
         backend = RedisBackend(server.url, prefix=prefix)
         await backend.setup()

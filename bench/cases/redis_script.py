@@ -7,20 +7,14 @@ import uuid
 from collections.abc import AsyncIterator
 
 from anarchon.engine.backends.redis_claim import RedisScriptBackend
-from bench.cases import BenchCase, CaseUnavailable
+from bench.cases import BenchCase, local_redis
 
 DESCRIPTION = "redis+script:// (claim-only: Lua SET NX PX, EVALSHA) on a local redis-server"
 
 
 @contextlib.asynccontextmanager
 async def case() -> AsyncIterator[BenchCase]:
-    from tests.servers.redis import RedisServer, ServerBinaryMissing
-
-    try:
-        server = RedisServer()
-    except ServerBinaryMissing as exc:
-        raise CaseUnavailable(str(exc)) from exc
-    with server:
+    with local_redis() as server:
         url = "redis+script" + server.url.removeprefix("redis")
         backend = RedisScriptBackend(url, ttl_ms=600_000)
         await backend.setup()

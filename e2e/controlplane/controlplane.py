@@ -687,8 +687,11 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def _signals_to_exit() -> Iterator[threading.Event]:
-    """Turn SIGINT/SIGTERM into an event so the CLI tears down cleanly instead of dying mid-way."""
+def signals_to_exit() -> Iterator[threading.Event]:
+    """Turn SIGINT/SIGTERM into an event so the CLI tears down cleanly instead of dying mid-way.
+
+    The previous handlers are restored on exit. Also used by e2e/demo.py.
+    """
     stop = threading.Event()
 
     def handler(signum: int, frame: object) -> None:
@@ -715,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(bin_dir())
         return 0
 
-    with _signals_to_exit() as stop:
+    with signals_to_exit() as stop:
         cp = ControlPlane(args.dir, node_count=args.nodes)
         try:
             cp.start()
