@@ -117,10 +117,11 @@ def stop_replicas(replicas: Sequence[Replica], timeout: float = 20.0) -> None:
 
 
 def healthy(replica: Replica) -> bool:
+    """Ready: set up on its store, which answers (``/healthz`` answers before that)."""
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{replica.health_port}/healthz", timeout=2) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{replica.health_port}/readyz", timeout=2) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False

@@ -20,6 +20,7 @@ from . import runs
 from .client import Kube
 from .events import EventPoster
 from .metrics import Metrics, MetricsListener
+from .podwatch import PodWatch
 from .runner import PodRunner
 from .spec import JobSpec, SpecError, parse_job, run_name, slot_time
 
@@ -52,8 +53,16 @@ def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bo
 
 
 class JobController:
-    def __init__(self, kube: Kube, scheduler: Scheduler, events: EventPoster, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        scheduler: Scheduler,
+        events: EventPoster,
+        metrics: Metrics,
+        pod_watch: PodWatch | None = None,
+    ) -> None:
         self.kube = kube
+        self.pod_watch = pod_watch
         self.scheduler = scheduler
         self.events = events
         self.metrics = metrics
@@ -211,7 +220,9 @@ class JobController:
     # -- runs ------------------------------------------------------------------------------------
 
     def _runner(self, key: str) -> PodRunner:
-        return PodRunner(self.kube, self.events, lambda: self.specs[key], on_change=self.refresh_status)
+        return PodRunner(
+            self.kube, self.events, lambda: self.specs[key], on_change=self.refresh_status, pod_watch=self.pod_watch
+        )
 
     async def _manual(self, spec: JobSpec, key: str, trigger: str) -> None:
         slot = parse_trigger(trigger)

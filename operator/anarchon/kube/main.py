@@ -24,6 +24,7 @@ from .controller import JobController, OperatorListener
 from .events import EventPoster
 from .health import HealthServer
 from .metrics import Metrics
+from .podwatch import PodWatch
 
 log = logging.getLogger("anarchon.kube")
 
@@ -99,7 +100,8 @@ async def run_operator(cfg: OperatorConfig) -> None:
     controller_ref: list[JobController] = []
     scheduler = Scheduler(backend, instance_id=cfg.instance_id, listener=OperatorListener(metrics, controller_ref))
     events = EventPoster(kube, instance=cfg.instance_id)
-    controller = JobController(kube, scheduler, events, metrics)
+    pod_watch = PodWatch(kube, cfg.namespaces)
+    controller = JobController(kube, scheduler, events, metrics, pod_watch)
     controller_ref.append(controller)
     health = None
     if cfg.health_port:
@@ -116,6 +118,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         if health is not None:
             await health.stop()
         raise
+    pod_watch.start()
     registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
     log.info(
         "instance %s on store %s, watching %s",
@@ -134,6 +137,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     finally:
         # Hand running attempts over: their Pods keep running and a backup adopts them at once.
         await scheduler.stop(handover=True)
+        await pod_watch.stop()
         if health is not None:
             await health.stop()
         await backend.close()

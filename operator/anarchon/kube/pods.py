@@ -22,6 +22,9 @@ from .spec import (
     slot_time,
 )
 
+#: The app.kubernetes.io/managed-by label of every Pod we launch; PodWatch selects by it.
+MANAGED_BY = "anarchon"
+
 #: Failure reasons that say the Pod was lost rather than that its work failed.
 LOST_REASONS = frozenset({"Evicted", "NodeLost", "Preempting", "Shutdown", "Terminated", "NodeShutdown"})
 
@@ -88,7 +91,7 @@ def build_pod(
             LABEL_RUN: run,
             LABEL_SLOT: str(slot),
             LABEL_ATTEMPT: str(attempt),
-            "app.kubernetes.io/managed-by": "anarchon",
+            "app.kubernetes.io/managed-by": MANAGED_BY,
         }
     )
     annotations = dict(meta.get("annotations") or {})

@@ -24,6 +24,7 @@ from . import runs
 from .client import ApiException, Kube
 from .events import EventPoster
 from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod
+from .podwatch import PodWatch
 from .spec import JobSpec, pod_name, run_name
 
 log = logging.getLogger("anarchon.kube.runner")
@@ -39,13 +40,17 @@ class PodRunner:
         spec: Callable[[], JobSpec],
         *,
         on_change: Callable[[JobSpec], Awaitable[None]] | None = None,
+        pod_watch: PodWatch | None = None,
         poll_s: float = 1.0,
+        resync_s: float = 15.0,
     ) -> None:
         self.kube = kube
         self.events = events
         self.spec = spec
         self.on_change = on_change
-        self.poll_s = poll_s
+        self.pod_watch = pod_watch
+        self.poll_s = poll_s  # how often a Pod is read when no watch wakes us
+        self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
 
     async def __call__(self, ctx: RunContext) -> None:
         spec = self.spec()
@@ -122,16 +127,17 @@ class PodRunner:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
                 return
-            try:
-                view = fate_of(await read_pod(self.kube, spec.namespace, pod))
-            except ApiException as exc:
-                log.warning("reading Pod %s/%s failed: %s", spec.namespace, pod, exc.reason)
-                await self._wait(ctx)
-                continue
-            if view.fate is PodFate.LIVE:
-                ctx.set_alive(True)
-                await self._wait(ctx)
-                continue
+            with self._interest(spec.namespace, pod) as changed:  # before the read: no change slips by
+                try:
+                    view = fate_of(await read_pod(self.kube, spec.namespace, pod))
+                except ApiException as exc:
+                    log.warning("reading Pod %s/%s failed: %s", spec.namespace, pod, exc.reason)
+                    await self._wait(ctx, None)
+                    continue
+                if view.fate is PodFate.LIVE:
+                    ctx.set_alive(True)
+                    await self._wait(ctx, changed)
+                    continue
             if view.fate is PodFate.SUCCEEDED:
                 await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
                 return
@@ -177,9 +183,22 @@ class PodRunner:
             lambda s: runs.end_attempt(s, attempt=ctx.attempt, outcome=outcome, message=message, final=final),
         )
 
-    async def _wait(self, ctx: RunContext) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ctx.stop.wait(), self.poll_s)
+    def _interest(self, namespace: str, pod: str) -> contextlib.AbstractContextManager[asyncio.Event | None]:
+        if self.pod_watch is None:
+            return contextlib.nullcontext()
+        return self.pod_watch.interest(namespace, pod)
+
+    async def _wait(self, ctx: RunContext, changed: asyncio.Event | None) -> None:
+        """Until the attempt must stop, the Pod changed, or it is time to read it anyway."""
+        watched = changed is not None and self.pod_watch is not None and self.pod_watch.healthy
+        waits = [asyncio.ensure_future(ctx.stop.wait())]
+        if changed is not None:
+            waits.append(asyncio.ensure_future(changed.wait()))
+        try:
+            await asyncio.wait(waits, timeout=self.resync_s if watched else self.poll_s, return_when="FIRST_COMPLETED")
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     async def _replace(self, spec: JobSpec, old_slot: int, new_slot: int) -> None:
         """Overlap Replace: the older run's Pods go, its object says why."""

@@ -1,0 +1,71 @@
+"""PodWatch against the real API server: it wakes interest in a Pod when that Pod changes,
+selects Anarchon's Pods server-side, and reports whether it is watching."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from anarchon.kube.client import Kube, connect
+from anarchon.kube.podwatch import PodWatch
+
+
+def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, "annotations": {"anarchon.test/run-seconds": "1"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
+    }
+
+
+OURS = {"app.kubernetes.io/managed-by": "anarchon"}
+
+
+@pytest.fixture
+async def kube(control_plane: Any) -> AsyncIterator[Kube]:
+    client = await connect(str(control_plane.kubeconfig))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def watch(kube: Kube, namespace: str) -> AsyncIterator[PodWatch]:
+    pods = PodWatch(kube, [namespace])
+    pods.start()
+    for _ in range(200):
+        if pods.healthy:
+            break
+        await asyncio.sleep(0.05)
+    assert pods.healthy, "the watch never started"
+    yield pods
+    await pods.stop()
+    assert not pods.healthy
+
+
+async def test_a_change_to_the_pod_wakes_its_interest(kube: Kube, namespace: str, watch: PodWatch) -> None:
+    with watch.interest(namespace, "p1") as changed, watch.interest(namespace, "p2") as other:
+        await kube.core.create_namespaced_pod(namespace, _pod("p1", OURS))  # type: ignore[arg-type]
+        await asyncio.wait_for(changed.wait(), 30)
+        assert not other.is_set(), "only the Pod that changed wakes its waiters"
+    with watch.interest(namespace, "p1") as changed:  # it runs for 1 s on KWOK, then succeeds
+        await asyncio.wait_for(changed.wait(), 30)
+
+
+async def test_pods_without_our_label_are_not_watched(kube: Kube, namespace: str, watch: PodWatch) -> None:
+    with watch.interest(namespace, "foreign") as changed:
+        await kube.core.create_namespaced_pod(namespace, _pod("foreign", {"app": "else"}))  # type: ignore[arg-type]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(changed.wait(), 3)
+        # Labelled as ours, it enters the server-side selection: that is a change we hear of.
+        await kube.core.patch_namespaced_pod("foreign", namespace, {"metadata": {"labels": OURS}})
+        await asyncio.wait_for(changed.wait(), 30)
+
+
+async def test_interest_is_forgotten_on_exit(namespace: str, watch: PodWatch) -> None:
+    with watch.interest(namespace, "p"), watch.interest(namespace, "p"):
+        assert len(watch._waiters[(namespace, "p")]) == 2
+    assert (namespace, "p") not in watch._waiters
