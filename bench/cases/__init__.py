@@ -28,6 +28,7 @@ from ``tests/servers`` that way.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, TypeVar
 from anarchon.engine import Backend
 
 if TYPE_CHECKING:
+    from redis.asyncio import Redis
     from tests.servers.process import ServerProcess
     from tests.servers.redis import RedisServer
 
@@ -83,3 +85,16 @@ def local_redis() -> Iterator[RedisServer]:
 
     with local_server(RedisServer) as server:
         yield server
+
+
+def redis_set_nx(client: Redis) -> Callable[[int], Awaitable[object]]:
+    """``raw`` for Redis: ``SET <key> 1 NX PX``, its cheapest "insert unless present" (one command, one round trip).
+
+    Each ``i`` is its own key under a fresh prefix; ``client`` is the one the backend uses.
+    """
+    prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
+
+    async def raw(i: int) -> object:
+        return await client.set(f"{prefix}{i}", "1", nx=True, px=600_000)
+
+    return raw

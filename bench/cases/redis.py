@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from anarchon.engine.backends.redis import RedisBackend
-from bench.cases import BenchCase, local_redis
+from bench.cases import BenchCase, local_redis, redis_set_nx
 
 DESCRIPTION = "RedisBackend (Lua scripts, EVALSHA) on a local redis-server"
 
@@ -18,17 +18,10 @@ async def case() -> AsyncIterator[BenchCase]:
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
         backend = RedisBackend(server.url, prefix=prefix)
         await backend.setup()
-        client = backend.client
-        raw_prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
-
-        async def raw(i: int) -> object:
-            # The cheapest "insert unless present" Redis has: one command, one round trip.
-            return await client.set(f"{raw_prefix}{i}", "1", nx=True, px=600_000)
-
         try:
             yield BenchCase(
                 backend=backend,
-                raw=raw,
+                raw=redis_set_nx(backend.client),
                 raw_label="SET NX PX",
                 target_p99_ms=5.0,
                 make_backend=lambda: RedisBackend(server.url, prefix=prefix),

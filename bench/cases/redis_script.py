@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 
 from anarchon.engine.backends.redis_claim import RedisScriptBackend
-from bench.cases import BenchCase, local_redis
+from bench.cases import BenchCase, local_redis, redis_set_nx
 
 DESCRIPTION = "redis+script:// (claim-only: Lua SET NX PX, EVALSHA) on a local redis-server"
 
@@ -18,17 +17,10 @@ async def case() -> AsyncIterator[BenchCase]:
         url = "redis+script" + server.url.removeprefix("redis")
         backend = RedisScriptBackend(url, ttl_ms=600_000)
         await backend.setup()
-        client = backend.redis
-        raw_prefix = f"bench-raw-{uuid.uuid4().hex[:8]}:"
-
-        async def raw(i: int) -> object:
-            # What the script does minus the script: one SET NX PX, one round trip.
-            return await client.set(f"{raw_prefix}{i}", "1", nx=True, px=600_000)
-
         try:
             yield BenchCase(
                 backend=backend,
-                raw=raw,
+                raw=redis_set_nx(backend.redis),  # what the script does minus the script
                 raw_label="SET NX PX",
                 make_backend=lambda: RedisScriptBackend(url, ttl_ms=600_000),
             )

@@ -7,6 +7,7 @@ shares one control plane per session.
 kube-scheduler and KWOK once per test session; ``namespace`` gives each test a fresh
 namespace. Nothing global is set (no KUBECONFIG in os.environ): tests pass
 ``control_plane.kubeconfig`` explicitly so that they cannot talk to another cluster.
+:func:`wait_for` is how those tests wait for the cluster to get somewhere.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import sys
 import time
 import urllib.error
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,6 +93,18 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
         # Do not wait for it to go: the namespace controller deletes the contents in the background.
         with contextlib.suppress(urllib.error.URLError, OSError):
             control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:
+    """Poll ``check()`` until it returns a truthy value (returned); fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

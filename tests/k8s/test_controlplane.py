@@ -26,20 +26,10 @@ import pytest
 from controlplane import ControlPlane
 from kubernetes_asyncio import client, config, watch
 
+from tests.k8s.fixtures import wait_for
+
 TIMEOUT = 60.0
 CONTROLPLANE_PY = Path(__file__).resolve().parents[2] / "e2e" / "controlplane" / "controlplane.py"
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = TIMEOUT, interval: float = 0.1) -> Any:
-    """Poll ``check()`` until it returns a truthy value (returned); fail the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def pod_manifest(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:

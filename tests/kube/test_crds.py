@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,11 +22,11 @@ from controlplane import ControlPlane
 
 from anarchon.kube import spec as S
 from anarchon.kube.spec import SpecError, parse_job
+from tests.k8s.fixtures import wait_for
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 JOB_CRD = CRD_DIR / "anarchonjobs.anarchon.io.yaml"
 RUN_CRD = CRD_DIR / "anarchonruns.anarchon.io.yaml"
-TIMEOUT = 60.0
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -130,17 +129,6 @@ def test_examples_parse(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ against the apiserver
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,21 @@ _FUNCTIONS_VERSION = "v1"
 
 _COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
 
+# Text that _SCHEMA repeats, composed into it like the names (it may use them too).
+_SCHEMA_PIECES = {
+    # The parameters of the claim and takeover functions but the last, which differs.
+    "lease_params": """
+    p_job text, p_slot bigint, p_instance text, p_token text, p_token_hash text,
+    p_now bigint, p_lease bigint""",
+    # Their result: rows of a role (won, taken, skipped, replaced), then a run's columns.
+    "returns_role_and_run": """RETURNS TABLE (
+    o_role text, o_job text, o_slot bigint, o_state text, o_attempt integer, o_instance text, o_token text,
+    o_lease_until bigint, o_created bigint, o_updated bigint, o_error text, o_attempts jsonb)
+LANGUAGE plpgsql""",
+    # The run of the slot as it stands, for a caller that did not win it.
+    "taken": "SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot",
+}
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {runs} (
     job text NOT NULL,
@@ -96,19 +111,14 @@ $fn$;
 
 -- transitions.claim, in one round trip. Rows: the decided run with role won, taken or
 -- skipped, plus one row with role replaced per run interrupted by Overlap Replace.
-CREATE OR REPLACE FUNCTION {claim_fn}(
-    p_job text, p_slot bigint, p_instance text, p_token text, p_token_hash text,
-    p_now bigint, p_lease bigint, p_overlap text)
-RETURNS TABLE (
-    o_role text, o_job text, o_slot bigint, o_state text, o_attempt integer, o_instance text, o_token text,
-    o_lease_until bigint, o_created bigint, o_updated bigint, o_error text, o_attempts jsonb)
-LANGUAGE plpgsql AS $fn$
+CREATE OR REPLACE FUNCTION {claim_fn}({lease_params}, p_overlap text)
+{returns_role_and_run} AS $fn$
 DECLARE
     v_other bigint;
     v_reason text;
 BEGIN
     -- Fast path without the lock: every instance but the winner finds the run taken.
-    RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+    RETURN QUERY {taken};
     IF FOUND THEN
         RETURN;
     END IF;
@@ -119,7 +129,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended({lock_prefix} || p_job, 0));
     IF p_overlap = 'Replace' THEN
         -- Must know the slot is free before interrupting anything.
-        RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+        RETURN QUERY {taken};
         IF FOUND THEN
             RETURN;
         END IF;
@@ -145,7 +155,7 @@ BEGIN
                 RETURNING r.*)
             SELECT 'skipped'::text, ins.* FROM ins;
             IF NOT FOUND THEN
-                RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+                RETURN QUERY {taken};
             END IF;
             RETURN;
         END IF;
@@ -161,20 +171,15 @@ BEGIN
         RETURNING r.*)
     SELECT 'won'::text, ins.* FROM ins;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+        RETURN QUERY {taken};
     END IF;
 END
 $fn$;
 
 -- transitions.takeover: one UPDATE whose WHERE is the precondition (active, lease
 -- expired), so that of several backups exactly one matches; then the current row if not.
-CREATE OR REPLACE FUNCTION {takeover_fn}(
-    p_job text, p_slot bigint, p_instance text, p_token text, p_token_hash text,
-    p_now bigint, p_lease bigint, p_max integer)
-RETURNS TABLE (
-    o_role text, o_job text, o_slot bigint, o_state text, o_attempt integer, o_instance text, o_token text,
-    o_lease_until bigint, o_created bigint, o_updated bigint, o_error text, o_attempts jsonb)
-LANGUAGE plpgsql AS $fn$
+CREATE OR REPLACE FUNCTION {takeover_fn}({lease_params}, p_max integer)
+{returns_role_and_run} AS $fn$
 BEGIN
     RETURN QUERY
     WITH upd AS (
@@ -199,7 +204,7 @@ BEGIN
         RETURNING r.*)
     SELECT CASE WHEN upd.state = 'Interrupted' THEN 'taken' ELSE 'won' END, upd.* FROM upd;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'taken'::text, r.* FROM {runs} AS r WHERE r.job = p_job AND r.slot = p_slot;
+        RETURN QUERY {taken};
     END IF;
 END
 $fn$;
@@ -296,7 +301,8 @@ class PostgresBackend(LeaseBackend):
         def q(text: str) -> bytes:
             return sql.SQL(text).format(**names).as_bytes(None)
 
-        self._q_schema = q(_SCHEMA)
+        pieces = {key: sql.SQL(text).format(**names) for key, text in _SCHEMA_PIECES.items()}
+        self._q_schema = sql.SQL(_SCHEMA).format(**names, **pieces).as_bytes(None)
         # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
         # like every query here).
         objects = ("runs", "schedules", "active_index", "close_fn", "claim_fn", "takeover_fn")
@@ -457,9 +463,21 @@ class PostgresBackend(LeaseBackend):
         await self._discard(None, idle_too=True)
 
     # -- claims and leases --------------------------------------------------------------
-    @staticmethod
-    def _result(rows: list[tuple[Any, ...]]) -> ClaimResult:
-        """Turn the rows of the claim or takeover function into a ClaimResult."""
+    async def _call(self, query: bytes, request: ClaimRequest | TakeoverRequest, last: object) -> ClaimResult:
+        """Call the claim or takeover function, ``last`` being its last parameter, for a ClaimResult."""
+        rows = await self._rows(
+            query,
+            (
+                request.job,
+                request.slot,
+                request.instance,
+                request.token,
+                token_hash(request.token),
+                request.now_ms,
+                request.lease_ms,
+                last,
+            ),
+        )
         decided = [r for r in rows if r[0] != "replaced"]
         replaced = sorted((_row_to_run(r[1:]) for r in rows if r[0] == "replaced"), key=lambda run: run.slot)
         if not decided:
@@ -468,37 +486,10 @@ class PostgresBackend(LeaseBackend):
         return ClaimResult(ClaimOutcome(role), _row_to_run(row), replaced)
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
-        overlap = Overlap(request.overlap)
-        rows = await self._rows(
-            self._q_claim,
-            (
-                request.job,
-                request.slot,
-                request.instance,
-                request.token,
-                token_hash(request.token),
-                request.now_ms,
-                request.lease_ms,
-                str(overlap),
-            ),
-        )
-        return self._result(rows)
+        return await self._call(self._q_claim, request, str(Overlap(request.overlap)))
 
     async def takeover(self, request: TakeoverRequest) -> ClaimResult:
-        rows = await self._rows(
-            self._q_takeover,
-            (
-                request.job,
-                request.slot,
-                request.instance,
-                request.token,
-                token_hash(request.token),
-                request.now_ms,
-                request.lease_ms,
-                request.max_attempts,
-            ),
-        )
-        return self._result(rows)
+        return await self._call(self._q_takeover, request, request.max_attempts)
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
         return await self._rowcount(self._q_heartbeat, (now_ms, lease_ms, now_ms, job, slot, token)) == 1

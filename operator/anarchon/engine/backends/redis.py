@@ -197,14 +197,21 @@ redis.call('HSET', KEYS[1], 'state', 'Running', 'lease_until', lease, 'updated',
 return 1
 """
 
-# KEYS: run, active, expiring.  ARGV: token, now, outcome, has_err, err, retention, slot.
-_FINISH = (
+# The start of a script that changes the run KEYS[1] for the holder of token ARGV[1] only:
+# it returns 0 unless the run is active with that token; st is {state, token, attempts}.
+_LUA_FENCED = (
     _LUA_COMMON
     + """
 local st = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempts')
 if not st[1] or not is_active(st[1]) or st[2] ~= ARGV[1] then
   return 0
-end
+end"""
+)
+
+# KEYS: run, active, expiring.  ARGV: token, now, outcome, has_err, err, retention, slot.
+_FINISH = (
+    _LUA_FENCED
+    + """
 redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5]),
   'state', ARGV[3], 'lease_until', '0', 'updated', ARGV[2])
 set_error(KEYS[1], ARGV[4], ARGV[5])
@@ -216,12 +223,8 @@ return 1
 
 # KEYS: run.  ARGV: token, now, reason.  The run stays active with an expired lease.
 _RELEASE = (
-    _LUA_COMMON
+    _LUA_FENCED
     + """
-local st = redis.call('HMGET', KEYS[1], 'state', 'token', 'attempts')
-if not st[1] or not is_active(st[1]) or st[2] ~= ARGV[1] then
-  return 0
-end
 redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], 'Interrupted', '1', ARGV[3]),
   'lease_until', '0', 'error', ARGV[3], 'updated', ARGV[2])
 return 1
