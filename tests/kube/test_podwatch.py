@@ -65,6 +65,20 @@ async def test_pods_without_our_label_are_not_watched(kube: Kube, namespace: str
         await asyncio.wait_for(changed.wait(), 30)
 
 
+async def test_a_large_pod_is_one_readable_watch_line(kube: Kube, namespace: str, watch: PodWatch) -> None:
+    """aiohttp refuses lines over twice its read buffer; kubernetes_asyncio sets that to 2 MB,
+    above etcd's 1.5 MB object limit. A 200 KB Pod (over aiohttp's default) must pass."""
+    big = _pod("big", OURS)
+    big["metadata"]["annotations"]["example.com/blob"] = "x" * 200_000
+    with watch.interest(namespace, "big") as changed:
+        await kube.core.create_namespaced_pod(namespace, big)  # type: ignore[arg-type]
+        await asyncio.wait_for(changed.wait(), 30)
+    with watch.interest(namespace, "after") as changed:  # the watch is still up and reading
+        await kube.core.create_namespaced_pod(namespace, _pod("after", OURS))  # type: ignore[arg-type]
+        await asyncio.wait_for(changed.wait(), 30)
+    assert watch.healthy
+
+
 async def test_interest_is_forgotten_on_exit(namespace: str, watch: PodWatch) -> None:
     with watch.interest(namespace, "p"), watch.interest(namespace, "p"):
         assert len(watch._waiters[(namespace, "p")]) == 2
