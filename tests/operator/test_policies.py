@@ -210,6 +210,8 @@ def test_metrics_liveness_and_readiness_endpoints(cluster: Cluster, replicas_fac
     assert 'anarchon_claims_total{result="won"}' in text
     assert "anarchon_slot_claim_skew_seconds_bucket" in text
     assert 'anarchon_runs_total{outcome="Success"}' in text
+    assert "anarchon_pod_watch_up 1.0" in text
+    assert "anarchon_runs_given_up_total 0.0" in text
     assert _get(health, "/healthz") == (200, {"alive": True, "instance": "metrics-0", "jobs": 1})
     assert _get(health, "/readyz") == (200, {"ready": True, "store": "sqlite", "instance": "metrics-0", "jobs": 1})
 

@@ -101,6 +101,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     scheduler = Scheduler(backend, instance_id=cfg.instance_id, listener=OperatorListener(metrics, controller_ref))
     events = EventPoster(kube, instance=cfg.instance_id)
     pod_watch = PodWatch(kube, cfg.namespaces)
+    metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     controller = JobController(kube, scheduler, events, metrics, pod_watch)
     controller_ref.append(controller)
     health = None

@@ -6,9 +6,9 @@ without clashing on metric names.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..engine import ClaimOutcome, EngineListener, RunState
+from ..engine import ClaimOutcome, EngineListener, Run, RunState
 
 
 class Metrics:
@@ -30,6 +30,12 @@ class Metrics:
             "anarchon_heartbeat_failures", "Heartbeats that could not reach the store", registry=r
         )
         self.store_errors = Counter("anarchon_store_errors", "Store operations that failed", ["operation"], registry=r)
+        self.given_up = Counter(
+            "anarchon_runs_given_up", "Runs ended Interrupted by this instance: no attempt was left", registry=r
+        )
+        self.pod_watch_up = Gauge(
+            "anarchon_pod_watch_up", "1 while the Pod watch is live (else runners poll their Pods)", registry=r
+        )
 
 
 class MetricsListener(EngineListener):
@@ -70,3 +76,7 @@ class MetricsListener(EngineListener):
     def store_error(self, operation: str, job: str, error: str) -> None:
         super().store_error(operation, job, error)
         self.metrics.store_errors.labels(operation).inc()
+
+    def run_interrupted_final(self, run: Run) -> None:
+        super().run_interrupted_final(run)
+        self.metrics.given_up.inc()
