@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.k8s.fixtures import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,14 +88,8 @@ class Cluster:
         return dict(running[0])
 
     def wait(self, predicate: Callable[[], Any], timeout: float = 90, what: str = "condition") -> Any:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = predicate()
-            if last:
-                return last
-            time.sleep(0.5)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+        """Poll (each poll is a kubectl call, so twice a second) until ``predicate()`` is truthy."""
+        return wait_for(what, predicate, timeout, interval=0.5)
 
 
 class Replicas:
