@@ -78,9 +78,13 @@ class JobLoop:
         """
         if job.name != self._job.name:
             raise ValueError("a job loop cannot change the job's name")
+        old_job, old_opts = self._job, self._opts
         self._opts = resolve_options(job.options, self.backend, job=job.name)
         self._job = job
-        self._changed.set()
+        # Only what moves slots wakes the slot loop (the rest is read at each slot): the
+        # operator re-adds a job on every watch event, its own status writes included.
+        if job.schedule.fingerprint != old_job.schedule.fingerprint or self._opts.suspend != old_opts.suspend:
+            self._changed.set()
 
     def start(self) -> None:
         if self._main:
@@ -122,14 +126,22 @@ class JobLoop:
         cursor = await self._start_cursor()
         while True:
             job = self._job
+            suspended = self._opts.suspend
             slot = job.schedule.next_after(cursor)
             self._changed.clear()
             woke_for_change = await self._sleep_until(slot)
             if woke_for_change:
-                await self._note_schedule()
-                # The new definition counts from now: slots it would have had before the edit
-                # were never due, so they are not run.
-                cursor = max(cursor, self.clock.now_ms())
+                # Read the time before the store round trip: a slot falling due during it
+                # is still ahead of the cursor, not skipped.
+                woke_at = self.clock.now_ms()
+                if suspended and not self._opts.suspend:
+                    # Resumed: slots due while suspended count as missed, per catch-up policy.
+                    cursor = max(cursor, await self._start_cursor())
+                else:
+                    await self._note_schedule()
+                    # The new definition counts from now: slots it would have had before the
+                    # edit were never due, so they are not run.
+                    cursor = max(cursor, woke_at)
                 continue
             cursor = slot
             if self._opts.suspend:
@@ -159,11 +171,14 @@ class JobLoop:
         return self._since_ms
 
     async def _start_cursor(self) -> int:
-        """Where the slot loop starts: now, after catching up on missed slots per policy."""
+        """Where the slot loop starts (or resumes): now, after catching up on missed slots per policy.
+
+        A suspended job catches nothing up: its missed slots wait for the resume.
+        """
         now = self.clock.now_ms()
         since = await self._note_schedule()
         opts = self._opts
-        if not isinstance(self.backend, LeaseBackend) or opts.catch_up is CatchUp.NONE:
+        if not isinstance(self.backend, LeaseBackend) or opts.catch_up is CatchUp.NONE or opts.suspend:
             return now
         backend = self.backend
         job = self._job

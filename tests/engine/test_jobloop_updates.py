@@ -1,0 +1,112 @@
+"""Job definitions that change while the job runs: re-adds, schedule edits, suspend and resume.
+
+The operator re-adds every job on every watch event (its own status writes included), so an
+update that changes nothing must not disturb the slot loop, and one that does must not lose
+the slot falling due while the store records the new schedule. The store's round trip is
+made slow on purpose (``slow_schedule_since``) so that a slot always falls due inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from anarchon.engine import LeaseBackend, ScaledClock, Scheduler, every
+
+from .harness import Calls, fast_clock, wait_for
+
+FACTOR = 20.0
+SLOW_S = 0.025  # real seconds added to each schedule_since: half a fake second at 20x
+
+
+def slow_schedule_since(backend: LeaseBackend) -> LeaseBackend:
+    recorded = backend.schedule_since
+
+    async def slow(*args: Any, **kwargs: Any) -> int:
+        await asyncio.sleep(SLOW_S)
+        return await recorded(*args, **kwargs)
+
+    backend.schedule_since = slow  # type: ignore[method-assign]
+    return backend
+
+
+async def test_readding_an_unchanged_job_before_each_slot_loses_no_slot(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    clock = fast_clock(FACTOR)
+    calls = Calls(clock)
+    sched = Scheduler(slow_schedule_since(make_backend()), instance_id="one", clock=clock)
+    handler = calls.handler()
+    sched.schedule(job_name, every("1s"), handler, jitter=0)
+    await sched.start()
+    try:
+        first = every("1s").next_after(clock.now_ms())
+        for slot in range(first + 1000, first + 9000, 1000):
+            await clock.sleep_until(slot - 100)  # a watch event 100 ms before the slot
+            sched.schedule(job_name, every("1s"), handler, jitter=0)
+        await wait_for(lambda: max(calls.slots(), default=0) >= first + 8000, what="the last slot")
+    finally:
+        await sched.stop()
+        await sched.backend.close()
+    slots = sorted(calls.slots())
+    expected = list(range(first + 1000, first + 9000, 1000))
+    assert [s for s in expected if s not in slots] == [], f"slots lost: {slots}"
+
+
+async def test_a_schedule_edit_just_before_a_slot_keeps_that_slot(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    clock = fast_clock(FACTOR)
+    calls = Calls(clock)
+    sched = Scheduler(slow_schedule_since(make_backend()), instance_id="one", clock=clock)
+    # Allow: this is about the slot being claimed at all, not about overlaps with a late run.
+    sched.schedule(job_name, every("2s"), calls.handler(), jitter=0, overlap="Allow")
+    await sched.start()
+    try:
+        slot = every("2s").next_after(clock.now_ms() + 2000)
+        await clock.sleep_until(slot - 100)
+        # Every second from now on: `slot` is due under the new schedule too, 100 ms after the
+        # edit, while the store is still recording it (half a fake second).
+        sched.schedule(job_name, every("1s"), calls.handler(), jitter=0, overlap="Allow")
+        await wait_for(lambda: max(calls.slots(), default=0) >= slot + 2000, what="slots after the edit")
+    finally:
+        await sched.stop()
+        await sched.backend.close()
+    assert slot in calls.slots(), sorted(calls.slots())
+    assert slot + 1000 in calls.slots(), "the new schedule is in force"
+
+
+async def test_suspended_job_catches_up_on_resume_not_on_start(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    period = 60_000
+    t0 = 1_800_000_000_000
+    first_clock = ScaledClock(FACTOR, start_ms=t0 + period - 3_000)
+    calls_1 = Calls(first_clock)
+    one = Scheduler(make_backend(), instance_id="one", clock=first_clock)
+    one.every(job_name, "1m", calls_1.handler(), jitter=0)
+    await one.start()
+    await wait_for(lambda: len(calls_1.calls) == 1, what="the run before the downtime")
+    await one.stop()
+    await one.backend.close()
+
+    # Five periods later an instance starts with the job suspended: nothing is caught up...
+    later = ScaledClock(FACTOR, start_ms=t0 + 6 * period + 500)
+    calls_2 = Calls(later)
+    two = Scheduler(make_backend(), instance_id="two", clock=later)
+    options: dict[str, Any] = {"jitter": 0, "catch_up": "All", "catch_up_window": "1h"}
+    two.every(job_name, "1m", calls_2.handler(), suspend=True, **options)
+    await two.start()
+    try:
+        await asyncio.sleep(0.3)  # 6 fake seconds: a catch-up would have claimed by now
+        assert calls_2.calls == [], "a suspended job must not catch up"
+        # ... until it is resumed: then the slots due while nothing ran count as missed.
+        two.every(job_name, "1m", calls_2.handler(), suspend=False, **options)
+        missed = [t0 + k * period for k in range(2, 7)]
+        await wait_for(lambda: len(calls_2.calls) >= len(missed), what="the catch-up after the resume")
+        await asyncio.sleep(0.2)
+    finally:
+        await two.stop()
+        await two.backend.close()
+    assert sorted(calls_2.slots()) == missed
