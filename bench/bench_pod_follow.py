@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import random
 import statistics
@@ -39,7 +38,7 @@ from controlplane import ControlPlane  # noqa: E402
 
 from anarchon.kube.client import Kube, connect  # noqa: E402
 from anarchon.kube.pods import MANAGED_BY, PodFate, fate_of, read_pod  # noqa: E402
-from anarchon.kube.podwatch import PodWatch  # noqa: E402
+from anarchon.kube.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
 from anarchon.kube.runner import PodRunner  # noqa: E402
 
 POLL_S = PodRunner.__init__.__kwdefaults__["poll_s"]
@@ -60,19 +59,16 @@ def pod(name: str, seconds: int) -> dict[str, Any]:
 
 
 async def follow(kube: Kube, ns: str, name: str, watch: PodWatch | None, reads: list[int]) -> float:
-    """Until the Pod is no longer live; returns when that was seen (monotonic)."""
+    """The runner's loop (interest, read, wait_for_change) until the Pod is no longer live;
+    returns when that was seen (monotonic). Without a watch it polls, as runners did before."""
+    never = asyncio.Event()
     while True:
-        with watch.interest(ns, name) if watch is not None else contextlib.nullcontext() as changed:
+        with interest_in(watch, ns, name) as changed:
             view = fate_of(await read_pod(kube, ns, name))
             reads[0] += 1
             if view.fate is not PodFate.LIVE:
                 return time.monotonic()
-            if changed is None:
-                await asyncio.sleep(POLL_S)
-            else:
-                assert watch is not None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), RESYNC_S if watch.healthy else POLL_S)
+            await wait_for_change(watch, changed, never, poll_s=POLL_S, resync_s=RESYNC_S)
 
 
 async def ends_announced(kube: Kube, ns: str, names: set[str], ended: dict[str, float]) -> None:

@@ -155,3 +155,29 @@ class PodWatch:
                         self._wake((str(meta.get("namespace")), str(meta.get("name"))))
             finally:
                 response.release()
+
+
+def interest_in(
+    watch: PodWatch | None, namespace: str, name: str
+) -> contextlib.AbstractContextManager[asyncio.Event | None]:
+    """:meth:`PodWatch.interest`, or None (nothing will wake you) when there is no watch."""
+    return contextlib.nullcontext() if watch is None else watch.interest(namespace, name)
+
+
+async def wait_for_change(
+    watch: PodWatch | None, changed: asyncio.Event | None, stop: asyncio.Event, *, poll_s: float, resync_s: float
+) -> None:
+    """Sleep until ``stop`` is set, the Pod ``changed``, or it is time to read it anyway.
+
+    That time is ``resync_s`` while the watch is live (a missed event then only delays an
+    outcome), ``poll_s`` otherwise (no watch, or it is down: plain polling).
+    """
+    watched = changed is not None and watch is not None and watch.healthy
+    waits = [asyncio.ensure_future(stop.wait())]
+    if changed is not None:
+        waits.append(asyncio.ensure_future(changed.wait()))
+    try:
+        await asyncio.wait(waits, timeout=resync_s if watched else poll_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()

@@ -24,7 +24,7 @@ from . import runs
 from .client import ApiException, Kube
 from .events import EventPoster
 from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod
-from .podwatch import PodWatch
+from .podwatch import PodWatch, interest_in, wait_for_change
 from .spec import JobSpec, pod_name, run_name
 
 log = logging.getLogger("anarchon.kube.runner")
@@ -127,7 +127,7 @@ class PodRunner:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
                 return
-            with self._interest(spec.namespace, pod) as changed:  # before the read: no change slips by
+            with interest_in(self.pod_watch, spec.namespace, pod) as changed:  # before the read: no change slips by
                 try:
                     view = fate_of(await read_pod(self.kube, spec.namespace, pod))
                 except ApiException as exc:
@@ -183,22 +183,8 @@ class PodRunner:
             lambda s: runs.end_attempt(s, attempt=ctx.attempt, outcome=outcome, message=message, final=final),
         )
 
-    def _interest(self, namespace: str, pod: str) -> contextlib.AbstractContextManager[asyncio.Event | None]:
-        if self.pod_watch is None:
-            return contextlib.nullcontext()
-        return self.pod_watch.interest(namespace, pod)
-
     async def _wait(self, ctx: RunContext, changed: asyncio.Event | None) -> None:
-        """Until the attempt must stop, the Pod changed, or it is time to read it anyway."""
-        watched = changed is not None and self.pod_watch is not None and self.pod_watch.healthy
-        waits = [asyncio.ensure_future(ctx.stop.wait())]
-        if changed is not None:
-            waits.append(asyncio.ensure_future(changed.wait()))
-        try:
-            await asyncio.wait(waits, timeout=self.resync_s if watched else self.poll_s, return_when="FIRST_COMPLETED")
-        finally:
-            for waiting in waits:
-                waiting.cancel()
+        await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=self.poll_s, resync_s=self.resync_s)
 
     async def _replace(self, spec: JobSpec, old_slot: int, new_slot: int) -> None:
         """Overlap Replace: the older run's Pods go, its object says why."""
