@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import subprocess
 import sys
 from datetime import UTC, datetime
 
@@ -63,13 +62,49 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_namespace(kubeconfig: str | None) -> str:
+    """The kubeconfig context's namespace, or the Pod's own in a cluster, else "default"."""
+    from kubernetes_asyncio.config import ConfigException, list_kube_config_contexts
+
+    in_cluster = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    if not (kubeconfig or os.environ.get("KUBECONFIG")) and os.path.exists(in_cluster):
+        with open(in_cluster) as f:
+            return f.read().strip() or "default"
+    try:
+        _, active = list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError):
+        return "default"
+    return str(((active or {}).get("context") or {}).get("namespace") or "default")
+
+
 def cmd_trigger(args: argparse.Namespace) -> int:
-    """Ask for a run now by annotating the job; the replicas claim it like any slot."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    cmd = ["kubectl", "annotate", "--overwrite", "anarchonjob", args.job, f"anarchon.io/trigger={now}"]
-    if args.namespace:
-        cmd += ["-n", args.namespace]
-    return subprocess.call(cmd)
+    """Ask for a run now (or at ``--at``) by annotating the job; the replicas claim it like any slot.
+
+    Through the API (no kubectl needed, so it also works from the operator's image).
+    """
+    from .kube.client import ApiException, connect
+    from .kube.controller import TRIGGER_ANNOTATION, parse_trigger
+
+    at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if parse_trigger(at) is None:
+        print(f"anarchon trigger: --at {at!r} is neither an RFC3339 time nor ms since the epoch", file=sys.stderr)
+        return 2
+    namespace = args.namespace or _default_namespace(args.kubeconfig)
+
+    async def annotate() -> int:
+        kube = await connect(args.kubeconfig)
+        try:
+            await kube.annotate_job(namespace, args.job, {TRIGGER_ANNOTATION: at})
+        except ApiException as exc:
+            what = f"no AnarchonJob {args.job!r} in namespace {namespace!r}" if exc.status == 404 else exc.reason
+            print(f"anarchon trigger: {what} (HTTP {exc.status})", file=sys.stderr)
+            return 1
+        finally:
+            await kube.close()
+        print(f"anarchonjob {namespace}/{args.job}: run of {at} requested")
+        return 0
+
+    return asyncio.run(annotate())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     op.set_defaults(func=cmd_operator)
     tr = sub.add_parser("trigger", help="run a job now, outside its schedule")
     tr.add_argument("job")
-    tr.add_argument("--namespace", "-n")
+    tr.add_argument("--namespace", "-n", help="the job's namespace (default: the kubeconfig context's)")
+    tr.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+    tr.add_argument("--at", help="the run's slot: an RFC3339 time or ms since the epoch (default: now)")
     tr.set_defaults(func=cmd_trigger)
     args = parser.parse_args(argv)
     return int(args.func(args))

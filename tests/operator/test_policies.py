@@ -6,15 +6,18 @@ import itertools
 import json
 import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from anarchon.kube.spec import run_name
 from tests.servers.redis import RedisServer, free_port
 
-from .conftest import Cluster, Replicas, job_manifest
+from .conftest import REPO, Cluster, Replicas, job_manifest
 
 
 def _live_pods(cluster: Cluster, job: str) -> list[dict]:
@@ -245,3 +248,51 @@ def _answer(port: int, path: str) -> tuple[int, dict[str, Any]] | None:
         return _get(port, path)
     except OSError:
         return None
+
+
+def _anarchon(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": f"{REPO / 'operator'}:{REPO}", "PATH": "/usr/bin:/bin"}  # no kubectl needed
+    return subprocess.run(
+        [sys.executable, "-m", "anarchon", *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_cli_trigger_runs_once_even_after_a_restart(
+    cluster: Cluster, replicas_factory, control_plane, namespace: str, tmp_path: Path
+) -> None:
+    """A handled trigger is marked on the job: a replica started later does not run it again,
+    even once its run has left the history (the store then has no record of that slot)."""
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("once", every="1s", successfulRunsHistoryLimit=1))
+    cluster.wait(lambda: cluster.phases("once")["Succeeded"] >= 1, timeout=60, what="scheduled runs")
+    kubeconfig = str(control_plane.kubeconfig)
+    missing = _anarchon("trigger", "nosuchjob", "-n", namespace, "--kubeconfig", kubeconfig)
+    assert missing.returncode == 1 and "no AnarchonJob 'nosuchjob'" in missing.stderr, missing
+
+    slot = int(time.time()) * 1000 + 500  # off the 1 s grid: only the trigger has this slot
+    done = _anarchon("trigger", "once", "-n", namespace, "--kubeconfig", kubeconfig, "--at", str(slot))
+    assert done.returncode == 0, done.stderr
+    manual = run_name("once", slot)
+
+    def names() -> list[str]:
+        return [r["metadata"]["name"] for r in cluster.runs("once")]
+
+    def manual_phase() -> str | None:
+        run = next((r for r in cluster.runs("once") if r["metadata"]["name"] == manual), None)
+        return None if run is None else (run.get("status") or {}).get("phase")
+
+    cluster.wait(lambda: manual_phase() == "Succeeded", timeout=60, what="the triggered run to succeed")
+    annotations = cluster.get("anarchonjob", "once")["metadata"]["annotations"]
+    assert annotations["anarchon.io/trigger-handled"] == str(slot)
+    cluster.wait(lambda: manual not in names(), timeout=60, what="the history limit to delete the manual run")
+
+    replicas.kill("replica-0")
+    replicas.start("replica-1")
+    cluster.wait(
+        lambda: any((r.get("status") or {}).get("instance") == "replica-1" for r in cluster.runs("once")),
+        timeout=60,
+        what="runs by the new replica",
+    )
+    time.sleep(3)
+    assert manual not in names(), "the old trigger ran again after the restart"

@@ -34,6 +34,11 @@ class Kube:
     async def close(self) -> None:
         await self.api.close()
 
+    async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        await self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, JOBS, name, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+        )  # type: ignore[call-arg]
+
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, JOBS, name, {"status": status}, _content_type=MERGE

@@ -27,6 +27,9 @@ from .spec import JobSpec, SpecError, parse_job, run_name, slot_time
 log = logging.getLogger("anarchon.kube.controller")
 
 TRIGGER_ANNOTATION = "anarchon.io/trigger"
+#: The trigger value already handled. Kept on the object, not only in memory: a replica that
+#: starts later must not run an old trigger again once its run has left the store's history.
+TRIGGER_HANDLED_ANNOTATION = "anarchon.io/trigger-handled"
 
 
 def engine_key(namespace: str, name: str, uid: str) -> str:
@@ -89,10 +92,16 @@ class JobController:
             return
         self.specs[key] = spec
         await self._valid(spec, status)
-        trigger = str((meta.get("annotations") or {}).get(TRIGGER_ANNOTATION) or "")
-        if trigger and self._triggers.get(key) != trigger:
+        annotations = meta.get("annotations") or {}
+        trigger = str(annotations.get(TRIGGER_ANNOTATION) or "")
+        handled = str(annotations.get(TRIGGER_HANDLED_ANNOTATION) or "")
+        if trigger and trigger != handled and self._triggers.get(key) != trigger:
             self._triggers[key] = trigger
-            await self._manual(spec, key, trigger)
+            try:
+                await self._manual(spec, key, trigger)
+            except BaseException:
+                self._triggers.pop(key, None)  # not handled: the next event tries again
+                raise
 
     async def remove(self, namespace: str, name: str, uid: str) -> None:
         key = engine_key(namespace, name, uid)
@@ -233,8 +242,12 @@ class JobController:
                 message=f"annotation {TRIGGER_ANNOTATION}={trigger!r} is not a time",
                 warning=True,
             )
+            await self.kube.annotate_job(spec.namespace, spec.name, {TRIGGER_HANDLED_ANNOTATION: trigger})
             return
         result = await self.scheduler.trigger(key, slot)
+        # Won or taken, the store has decided this slot: every replica may mark it handled
+        # (the same value each time; a patch that changes nothing changes nothing).
+        await self.kube.annotate_job(spec.namespace, spec.name, {TRIGGER_HANDLED_ANNOTATION: trigger})
         if result.won:
             await self.events.about(
                 spec,
