@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import ConfigError, Job, LeaseBackend, Run, Scheduler
+from ..engine import ConfigError, Job, LeaseBackend, Run, RunContext, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
@@ -230,8 +230,18 @@ class JobController:
 
     def _runner(self, key: str) -> PodRunner:
         return PodRunner(
-            self.kube, self.events, lambda: self.specs[key], on_change=self.refresh_status, pod_watch=self.pod_watch
+            self.kube,
+            self.events,
+            lambda: self.specs[key],
+            on_change=self.refresh_status,
+            pod_watch=self.pod_watch,
+            on_launch=self._launched,
         )
+
+    def _launched(self, ctx: RunContext) -> None:
+        if ctx.attempt == 1:
+            now_ms = self.scheduler.clock.now_ms()
+            self.metrics.pod_skew.observe(max(0, now_ms - ctx.slot) / 1000)
 
     async def _manual(self, spec: JobSpec, key: str, trigger: str) -> None:
         slot = parse_trigger(trigger)

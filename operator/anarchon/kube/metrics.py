@@ -22,6 +22,12 @@ class Metrics:
             buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
             registry=r,
         )
+        self.pod_skew = Histogram(
+            "anarchon_slot_pod_skew_seconds",
+            "From a slot's scheduled time to the creation of its first attempt's Pod",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=r,
+        )
         self.runs = Counter("anarchon_runs", "Attempts ended, by outcome", ["outcome"], registry=r)
         self.takeovers = Counter("anarchon_takeovers", "Runs taken over by this instance as a backup", registry=r)
         self.fenced = Counter("anarchon_fenced", "Attempts of this instance fenced off by a newer one", registry=r)

@@ -41,6 +41,7 @@ class PodRunner:
         *,
         on_change: Callable[[JobSpec], Awaitable[None]] | None = None,
         pod_watch: PodWatch | None = None,
+        on_launch: Callable[[RunContext], None] | None = None,
         poll_s: float = 1.0,
         resync_s: float = 15.0,
     ) -> None:
@@ -49,6 +50,7 @@ class PodRunner:
         self.spec = spec
         self.on_change = on_change
         self.pod_watch = pod_watch
+        self.on_launch = on_launch  # called once a Pod was created (metrics)
         self.poll_s = poll_s  # how often a Pod is read when no watch wakes us
         self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
 
@@ -83,13 +85,14 @@ class PodRunner:
         if keep is not None:
             if not await ctx.confirm():
                 return None
-            await runs.update_status(
+            if not await runs.update_status(
                 self.kube,
                 spec.namespace,
                 name,
                 ctx.attempt,
                 lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=keep.name),
-            )
+            ):
+                return None  # a later attempt owns the run (or it is gone): fenced
             await self.events.about(
                 spec,
                 reason="Adopted",
@@ -102,17 +105,26 @@ class PodRunner:
             # A Pod on a lost node may still run: make sure it is gone before its successor starts.
             await delete_pod(self.kube, spec.namespace, lost.name, grace_seconds=0)
         pod = pod_name(name, ctx.attempt)
-        await runs.update_status(
+        if not await runs.update_status(
             self.kube,
             spec.namespace,
             name,
             ctx.attempt,
             lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod),
-        )
+        ):
+            return None  # a later attempt owns the run (or it is gone): launch nothing
         body = build_pod(
             spec, run=name, pod=pod, slot=ctx.slot, attempt=ctx.attempt, instance=ctx.instance, run_uid=run_uid or None
         )
         created, new = await create_pod(self.kube, body)
+        if new and not await ctx.confirm():
+            # Frozen between the checks above and the create, past the lease: a backup may
+            # have launched the next attempt's Pod meanwhile. Ours must not run beside it.
+            log.warning("%s attempt %d was fenced while launching: deleting its Pod %s", name, ctx.attempt, pod)
+            await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
+            return None
+        if new and self.on_launch is not None:
+            self.on_launch(ctx)
         await self.events.about(
             spec,
             reason="Launched" if new else "Adopted",
