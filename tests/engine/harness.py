@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from anarchon.engine import ClaimOutcome, Clock, EngineListener, RunContext, RunState, ScaledClock
+from anarchon.engine import Cause, ClaimOutcome, Clock, EngineListener, RunContext, RunState, ScaledClock
 
 HOUR_MS = 3_600_000
 
@@ -34,8 +34,8 @@ class Recorder(EngineListener):
     def claimed(self, job: str, slot: int, outcome: ClaimOutcome, delay_ms: int) -> None:
         self.events.append(("claimed", job, str(slot), str(outcome)))
 
-    def skipped(self, job: str, slot: int, reason: str) -> None:
-        self.events.append(("skipped", job, str(slot), reason))
+    def skipped(self, job: str, slot: int, reason: str, cause: Cause = Cause.SCHEDULE) -> None:
+        self.events.append(("skipped", job, str(slot), reason, str(cause)))
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         self.events.append(("missed", job, str(slot), reason))
@@ -61,6 +61,7 @@ class Call:
     previous_instance: str | None
     started_ms: int
     stop_reason: str | None = None
+    cause: Cause | None = None
 
 
 class Calls:
@@ -81,6 +82,7 @@ class Calls:
                 ctx.instance,
                 ctx.previous.instance if ctx.previous else None,
                 self.clock.now_ms(),
+                cause=ctx.cause,
             )
             self.calls.append(call)
             self.started.set()

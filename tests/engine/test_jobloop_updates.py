@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from anarchon.engine import LeaseBackend, ScaledClock, Scheduler, every
+from anarchon.engine import Cause, LeaseBackend, RunContext, ScaledClock, Scheduler, every
 
-from .harness import Calls, fast_clock, wait_for
+from .harness import Calls, Recorder, fast_clock, wait_for
 
 FACTOR = 20.0
 SLOW_S = 0.025  # real seconds added to each schedule_since: half a fake second at 20x
@@ -110,3 +110,35 @@ async def test_suspended_job_catches_up_on_resume_not_on_start(
         await two.stop()
         await two.backend.close()
     assert sorted(calls_2.slots()) == missed
+    assert {c.cause for c in calls_2.calls} == {Cause.CATCH_UP}
+
+
+async def test_each_run_knows_why_it_exists_and_a_skipped_trigger_says_so(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    clock = fast_clock(FACTOR)
+    calls = Calls(clock)
+    rec = Recorder()
+    sched = Scheduler(make_backend(), instance_id="one", clock=clock, listener=rec)
+
+    async def long(ctx: RunContext) -> None:
+        await clock.sleep(2_500)
+
+    sched.every(job_name, "1s", calls.handler(long), jitter=0)  # overlap Skip: one run at a time
+    manual = Calls(clock)
+    sched.every(job_name + "-m", "1h", manual.handler(), jitter=0)  # quiet: runs only when triggered
+    await sched.start()
+    try:
+        await wait_for(lambda: len(calls.calls) >= 2, what="scheduled runs")
+        busy = calls.calls[-1].slot + 500
+        result = await sched.trigger(job_name, busy)  # while that run is still active
+        assert str(result.outcome) == "skipped"
+        skipped = [e for e in rec.of("skipped") if e[2] == str(busy)]
+        assert skipped and skipped[0][4] == "Manual", rec.of("skipped")
+        assert (await sched.trigger(job_name + "-m")).won
+        await wait_for(lambda: len(manual.calls) == 1, what="the manual run")
+    finally:
+        await sched.stop(handover=False)
+        await sched.backend.close()
+    assert manual.calls[0].cause is Cause.MANUAL
+    assert {c.cause for c in calls.calls} == {Cause.SCHEDULE}

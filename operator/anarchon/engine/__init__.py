@@ -18,7 +18,7 @@ from .errors import (
 from .events import EngineListener
 from .job import Handler, Job, JobOptions, RunContext
 from .jobloop import JobLoop
-from .model import Attempt, CatchUp, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token, token_hash
+from .model import Attempt, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token, token_hash
 from .schedule import Cron, Every, Schedule, cron, every, slots_between
 from .scheduler import Scheduler, default_instance_id, job_options
 
@@ -28,6 +28,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "CatchUp",
+    "Cause",
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",

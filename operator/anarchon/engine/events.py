@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from .model import ClaimOutcome, Run, RunState
+from .model import Cause, ClaimOutcome, Run, RunState
 
 log = logging.getLogger("anarchon.engine")
 
@@ -21,7 +21,8 @@ class EngineListener:
         """A claim was answered; ``delay_ms`` is from the slot's time to the store's answer."""
         log.debug("claim %s@%s: %s after %d ms", job, slot, outcome, delay_ms)
 
-    def skipped(self, job: str, slot: int, reason: str) -> None:
+    def skipped(self, job: str, slot: int, reason: str, cause: Cause = Cause.SCHEDULE) -> None:
+        """The slot (due for ``cause``) was not run: the overlap policy said Skip."""
         log.info("skipped %s@%s: %s", job, slot, reason)
 
     def missed(self, job: str, slot: int, reason: str) -> None:

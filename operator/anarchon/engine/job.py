@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from .backend import Backend
 from .errors import ConfigError
-from .model import Attempt, CatchUp, Overlap, Run
+from .model import Attempt, CatchUp, Cause, Overlap, Run
 from .schedule import Schedule
 
 
@@ -40,6 +40,7 @@ class RunContext:
         instance: str,
         previous: Attempt | None = None,
         replaced: list[Run] | None = None,
+        cause: Cause | None = None,
     ) -> None:
         self.job = job
         self.slot = slot
@@ -48,6 +49,8 @@ class RunContext:
         self.instance = instance
         self.previous = previous
         self.replaced = replaced or []
+        # Why the run exists; None for a later attempt, whose instance did not see it start.
+        self.cause = cause
         self.stop = asyncio.Event()
         self.stop_reason: str | None = None
         self._alive = True

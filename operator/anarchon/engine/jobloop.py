@@ -24,7 +24,7 @@ from .clock import Clock
 from .errors import StoreError
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
-from .model import CatchUp, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
+from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
 from .schedule import slots_between
 
 log = logging.getLogger("anarchon.engine.jobloop")
@@ -116,8 +116,12 @@ class JobLoop:
         """Claim (and run, if won) a run now, outside the schedule: a manual trigger."""
         slot = self.clock.now_ms() if slot is None else slot
         result = await self._claim(slot)
+        if result.outcome is ClaimOutcome.SKIPPED:  # overlap applies to manual runs too; say so
+            reason = (result.run.error if result.run else None) or "overlap"
+            self.listener.skipped(self._job.name, slot, reason, Cause.MANUAL)
         if result.won and result.run is not None:
-            self._spawn(self._run_attempt(result.run, result), f"anarchon-run:{self._job.name}@{slot}")
+            run = self._run_attempt(result.run, result, cause=Cause.MANUAL)
+            self._spawn(run, f"anarchon-run:{self._job.name}@{slot}")
         return result
 
     # -- the slot loop -------------------------------------------------------------------------
@@ -146,7 +150,7 @@ class JobLoop:
             cursor = slot
             if self._opts.suspend:
                 continue
-            self._spawn(self._handle_slot(slot), f"anarchon-slot:{job.name}@{slot}")
+            self._spawn(self._handle_slot(slot, Cause.SCHEDULE), f"anarchon-slot:{job.name}@{slot}")
 
     async def _sleep_until(self, t_ms: int) -> bool:
         """Sleep until ``t_ms``; True if woken early because the job's definition changed."""
@@ -201,14 +205,14 @@ class JobLoop:
             self._spawn(self._catch_up_in_order(chosen), f"anarchon-catchup:{job.name}")
         else:
             for slot in chosen:
-                self._spawn(self._handle_slot(slot), f"anarchon-catchup:{job.name}@{slot}")
+                self._spawn(self._handle_slot(slot, Cause.CATCH_UP), f"anarchon-catchup:{job.name}@{slot}")
         return now
 
     async def _catch_up_in_order(self, slots: list[int]) -> None:
         for slot in slots:
-            await self._handle_slot(slot)
+            await self._handle_slot(slot, Cause.CATCH_UP)
 
-    async def _handle_slot(self, slot: int) -> None:
+    async def _handle_slot(self, slot: int, cause: Cause) -> None:
         opts = self._opts
         job = self._job
         if opts.jitter_ms:
@@ -225,9 +229,9 @@ class JobLoop:
             self.listener.missed(job.name, slot, f"store unreachable until the deadline: {exc}")
             return
         if result.outcome is ClaimOutcome.SKIPPED:
-            self.listener.skipped(job.name, slot, (result.run.error if result.run else None) or "overlap")
+            self.listener.skipped(job.name, slot, (result.run.error if result.run else None) or "overlap", cause)
         if result.won and result.run is not None:
-            await self._run_attempt(result.run, result)
+            await self._run_attempt(result.run, result, cause=cause)
 
     async def _claim(self, slot: int) -> ClaimResult:
         """Claim with retries on store errors; a lost reply is recognised by our own token."""
@@ -261,7 +265,7 @@ class JobLoop:
 
     # -- running what we won --------------------------------------------------------------------
 
-    async def _run_attempt(self, run: Run, result: ClaimResult, *, previous_instance: str | None = None) -> None:
+    async def _run_attempt(self, run: Run, result: ClaimResult, *, cause: Cause | None = None) -> None:
         job = self._job
         ctx = RunContext(
             job=job.name,
@@ -271,6 +275,7 @@ class JobLoop:
             instance=self.instance,
             previous=run.attempts[-2] if len(run.attempts) >= 2 else None,
             replaced=result.replaced,
+            cause=cause,
         )
         if not isinstance(self.backend, LeaseBackend):
             await self._run_claim_only(ctx)

@@ -52,6 +52,14 @@ class CatchUp(StrEnum):
     ALL = "All"
 
 
+class Cause(StrEnum):
+    """Why a run exists: its slot came due, someone asked for it, or it was missed and caught up."""
+
+    SCHEDULE = "Schedule"
+    MANUAL = "Manual"
+    CATCH_UP = "CatchUp"
+
+
 def new_token() -> str:
     """A random, unguessable attempt token (128 bits)."""
     return secrets.token_hex(16)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import ConfigError, Job, LeaseBackend, Run, RunContext, Scheduler
+from ..engine import Cause, ConfigError, Job, LeaseBackend, Run, RunContext, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
@@ -306,12 +306,12 @@ class OperatorListener(MetricsListener):
             controller, spec = found
             controller.spawn(controller.events.about(spec, reason, message(spec), warning=warning))
 
-    def skipped(self, job: str, slot: int, reason: str) -> None:
-        super().skipped(job, slot, reason)
+    def skipped(self, job: str, slot: int, reason: str, cause: Cause = Cause.SCHEDULE) -> None:
+        super().skipped(job, slot, reason, cause)
         found = self._spec(job)
         if found:
             controller, spec = found
-            controller.spawn(runs.record_skipped(controller.kube, spec, slot, reason))
+            controller.spawn(runs.record_skipped(controller.kube, spec, slot, reason, str(cause)))
         self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
 
     def missed(self, job: str, slot: int, reason: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..engine import ClaimOutcome, EngineListener, Run, RunState
+from ..engine import Cause, ClaimOutcome, EngineListener, Run, RunState
 
 
 class Metrics:
@@ -55,8 +55,8 @@ class MetricsListener(EngineListener):
         self.metrics.claims.labels(str(outcome)).inc()
         self.metrics.skew.observe(max(delay_ms, 0) / 1000)
 
-    def skipped(self, job: str, slot: int, reason: str) -> None:
-        super().skipped(job, slot, reason)
+    def skipped(self, job: str, slot: int, reason: str, cause: Cause = Cause.SCHEDULE) -> None:
+        super().skipped(job, slot, reason, cause)
         self.metrics.skips.labels("overlap").inc()
 
     def missed(self, job: str, slot: int, reason: str) -> None:

@@ -56,7 +56,10 @@ class PodRunner:
 
     async def __call__(self, ctx: RunContext) -> None:
         spec = self.spec()
-        trigger = "Schedule" if spec.schedule.next_after(ctx.slot - 1) == ctx.slot else "Manual"
+        if ctx.cause is not None:
+            trigger = str(ctx.cause)
+        else:  # a later attempt, recreating a run object that attempt 1 never wrote: best guess
+            trigger = "Schedule" if spec.schedule.next_after(ctx.slot - 1) == ctx.slot else "Manual"
         run = await runs.ensure_run(self.kube, spec, ctx.slot, trigger)
         name = run_name(spec.name, ctx.slot)
         run_uid = str((run.get("metadata") or {}).get("uid") or "")

@@ -131,9 +131,9 @@ async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, me
     )
 
 
-async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str) -> None:
+async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trigger: str = "Schedule") -> None:
     """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran."""
-    body = await ensure_run(kube, spec, slot, "Schedule")
+    body = await ensure_run(kube, spec, slot, trigger)
     await update_status(
         kube,
         spec.namespace,
