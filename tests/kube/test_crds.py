@@ -441,6 +441,7 @@ def test_job_printer_columns(crds: ControlPlane, namespace: str) -> None:
         "lastSuccessfulTime": last,
         "nextScheduleTime": nxt,
         "nextSlot": 1791633620000,
+        "schedule": "every 10s",
         "conditions": [
             {
                 "type": "Ready",
@@ -457,23 +458,19 @@ def test_job_printer_columns(crds: ControlPlane, namespace: str) -> None:
         "-p", json.dumps({"status": status}),
     )  # fmt: skip
     out = crds.kubectl("get", S.JOB_PLURAL, "-n", namespace).stdout
-    assert out.split("\n")[0].split() == ["NAME", "EVERY", "CRON", "SUSPEND", "ACTIVE", "READY", "LAST", "NEXT", "AGE"]
+    assert out.split("\n")[0].split() == ["NAME", "SCHEDULE", "SUSPEND", "ACTIVE", "READY", "LAST", "NEXT", "AGE"]
     rows = {r["NAME"]: r for r in table(out)}
     e, c = rows["every-job"], rows["cron-job"]
-    assert (e["EVERY"], e["CRON"], e["SUSPEND"], e["ACTIVE"], e["READY"]) == ("10s", "", "false", "2", "True")
+    assert (e["SCHEDULE"], e["SUSPEND"], e["ACTIVE"], e["READY"]) == ("every 10s", "false", "2", "True")
     assert re.fullmatch(r"(\d+[smhdy])+", e["LAST"]), f"LAST should be an age, got {e['LAST']!r}"
     assert e["NEXT"] == nxt, "NEXT is a string column: a date column prints <invalid> for a future time"
-    assert (c["EVERY"], c["CRON"], c["SUSPEND"], c["ACTIVE"], c["READY"], c["LAST"], c["NEXT"]) == (
-        "",
-        "0 8 * * *",
-        "true",
-        "",
-        "",
-        "",
-        "",
-    )
+    # No status yet (no operator has seen it): every status column is empty.
+    assert (c["SCHEDULE"], c["SUSPEND"], c["ACTIVE"], c["READY"], c["LAST"], c["NEXT"]) == ("", "true", "", "", "", "")
     wide = table(crds.kubectl("get", "aj", "-n", namespace, "-o", "wide").stdout)
-    assert {r["NAME"]: r["TIMEZONE"] for r in wide} == {"every-job": "UTC", "cron-job": "Europe/Paris"}
+    assert {r["NAME"]: (r["EVERY"], r["CRON"], r["TIMEZONE"]) for r in wide} == {
+        "every-job": ("10s", "", "UTC"),
+        "cron-job": ("", "0 8 * * *", "Europe/Paris"),
+    }
 
 
 def test_job_status_rejects_a_bad_condition(crds: ControlPlane, namespace: str) -> None:

@@ -29,6 +29,7 @@ from anarchon.kube.spec import (
     parse_job,
     pod_name,
     run_name,
+    schedule_column,
     slot_time,
 )
 
@@ -389,3 +390,16 @@ def test_label_keys() -> None:
         "anarchon.io/attempt",
     )
     assert ANNOTATION_SCHEDULED_AT == "anarchon.io/scheduled-at"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "column"),
+    [
+        ({"every": "10s"}, "every 10s"),
+        ({"every": "1h30m"}, "every 1h30m"),
+        ({"every": None, "cron": "0 8 * * *"}, "0 8 * * *"),
+        ({"every": None, "cron": "0 8 * * *", "timeZone": "Europe/Paris"}, "0 8 * * * Europe/Paris"),
+    ],
+)
+def test_schedule_column(schedule: dict[str, Any], column: str) -> None:
+    assert schedule_column(parse_job(body(schedule)).schedule) == column

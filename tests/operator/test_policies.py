@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,22 @@ def test_cron_with_time_zone(cluster: Cluster, replicas_factory, tmp_path: Path)
     assert all(s % 3000 == 0 for s in slots)
     job = cluster.get("anarchonjob", "zoned")
     assert job["status"]["nextScheduleTime"].endswith("Z")
+    assert job["status"]["schedule"] == "*/3 * * * * * Asia/Kolkata"
+    # Seconds do not depend on the zone; 08:00 does: the next one is 08:00 in Kolkata (02:30 UTC).
+    cluster.apply(job_manifest("morning", every=None, cron="0 8 * * *", tz="Asia/Kolkata"))
+    status = cluster.wait(
+        lambda: (
+            (cluster.get("anarchonjob", "morning").get("status") or {}).get("nextScheduleTime")
+            and cluster.get("anarchonjob", "morning")["status"]
+        ),
+        timeout=60,
+        what="the next 08:00",
+    )
+    nxt = datetime.fromisoformat(status["nextScheduleTime"].replace("Z", "+00:00"))
+    assert (nxt.hour, nxt.minute) == (2, 30) and status["schedule"] == "0 8 * * * Asia/Kolkata", status
+    assert timedelta(0) < nxt - datetime.now(UTC) <= timedelta(days=1)
+    table = cluster.kubectl("get", "anarchonjob", "morning").stdout
+    assert "0 8 * * * Asia/Kolkata" in table, table
 
 
 def _free_port() -> int:

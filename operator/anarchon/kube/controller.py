@@ -22,7 +22,7 @@ from .events import EventPoster
 from .metrics import Metrics, MetricsListener
 from .podwatch import PodWatch
 from .runner import PodRunner
-from .spec import JobSpec, SpecError, parse_job, run_name, slot_time
+from .spec import JobSpec, SpecError, parse_job, run_name, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.controller")
 
@@ -126,7 +126,13 @@ class JobController:
         await self.kube.patch_job_status(
             namespace,
             name,
-            {"conditions": conditions, "observedGeneration": generation, "nextScheduleTime": None, "nextSlot": None},
+            {
+                "conditions": conditions,
+                "observedGeneration": generation,
+                "nextScheduleTime": None,
+                "nextSlot": None,
+                "schedule": None,
+            },
         )
         await self.events.post(
             namespace=namespace, name=name, uid=uid, reason="InvalidSpec", message=message, warning=True
@@ -152,6 +158,8 @@ class JobController:
             patch["observedGeneration"] = spec.generation
         if int(status.get("nextSlot") or 0) < now:
             patch.update(nextSlot=next_slot, nextScheduleTime=slot_time(next_slot))
+        if status.get("schedule") != (column := schedule_column(spec.schedule)):
+            patch["schedule"] = column
         if patch:
             await self.kube.patch_job_status(spec.namespace, spec.name, patch)
 

@@ -27,7 +27,7 @@ from anarchon.engine.durations import parse_duration
 from anarchon.engine.errors import ScheduleError
 from anarchon.engine.job import JobOptions
 from anarchon.engine.model import CatchUp, Overlap
-from anarchon.engine.schedule import Schedule, cron, every
+from anarchon.engine.schedule import Cron, Schedule, cron, every
 
 GROUP: Final = "anarchon.io"
 VERSION: Final = "v1alpha1"
@@ -451,3 +451,10 @@ def slot_time(slot_ms: int) -> str:
     t = _EPOCH + timedelta(milliseconds=slot_ms)
     ms = slot_ms % 1000
     return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ms:03d}" if ms else "") + "Z"
+
+
+def schedule_column(schedule: Schedule) -> str:
+    """What the SCHEDULE column shows: ``every 10s``, or ``0 8 * * * Europe/Paris`` (no zone if UTC)."""
+    if isinstance(schedule, Cron):
+        return schedule.expression if schedule.tz == "UTC" else f"{schedule.expression} {schedule.tz}"
+    return str(schedule)
