@@ -154,6 +154,14 @@ class Replicas:
                     proc.kill()
 
 
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of each real lease store in turn, for tests that must hold on all of them."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
 @pytest.fixture(scope="session")
 def crds(control_plane: Any) -> None:
     subprocess.run(

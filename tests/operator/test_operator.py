@@ -8,16 +8,7 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
-import pytest
-
 from .conftest import Cluster, Replicas, job_manifest
-
-
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 def test_one_pod_per_slot_over_many_slots(cluster: Cluster, replicas_factory, store: str) -> None:
@@ -56,8 +47,8 @@ def test_one_pod_per_slot_over_many_slots(cluster: Cluster, replicas_factory, st
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "AnarchonRun"
 
 
-def test_killed_runner_pod_is_adopted_not_relaunched(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
-    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+def test_killed_runner_pod_is_adopted_not_relaunched(cluster: Cluster, replicas_factory, store: str) -> None:
+    replicas: Replicas = replicas_factory(store)
     for i in range(3):
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("long", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "20"}))

@@ -149,8 +149,8 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
     assert all(t == "Schedule" for s, t in trigger.items() if s > caught_up[-1]), trigger
 
 
-def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
-    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_factory, store: str) -> None:
+    replicas: Replicas = replicas_factory(store)
     for i in range(2):
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("frozen", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "25"}))
