@@ -116,9 +116,7 @@ class JobLoop:
         """Claim (and run, if won) a run now, outside the schedule: a manual trigger."""
         slot = self.clock.now_ms() if slot is None else slot
         result = await self._claim(slot)
-        if result.outcome is ClaimOutcome.SKIPPED:  # overlap applies to manual runs too; say so
-            reason = (result.run.error if result.run else None) or "overlap"
-            self.listener.skipped(self._job.name, slot, reason, Cause.MANUAL)
+        self._report_skip(slot, result, Cause.MANUAL)  # overlap applies to manual runs too
         if result.won and result.run is not None:
             run = self._run_attempt(result.run, result, cause=Cause.MANUAL)
             self._spawn(run, f"anarchon-run:{self._job.name}@{slot}")
@@ -228,10 +226,14 @@ class JobLoop:
         except StoreError as exc:
             self.listener.missed(job.name, slot, f"store unreachable until the deadline: {exc}")
             return
-        if result.outcome is ClaimOutcome.SKIPPED:
-            self.listener.skipped(job.name, slot, (result.run.error if result.run else None) or "overlap", cause)
+        self._report_skip(slot, result, cause)
         if result.won and result.run is not None:
             await self._run_attempt(result.run, result, cause=cause)
+
+    def _report_skip(self, slot: int, result: ClaimResult, cause: Cause) -> None:
+        if result.outcome is ClaimOutcome.SKIPPED:
+            reason = (result.run.error if result.run else None) or "overlap"
+            self.listener.skipped(self._job.name, slot, reason, cause)
 
     async def _claim(self, slot: int) -> ClaimResult:
         """Claim with retries on store errors; a lost reply is recognised by our own token."""
