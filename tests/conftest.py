@@ -17,4 +17,4 @@ for _name, _fixture in (
         globals()[_fixture] = getattr(importlib.import_module(f"tests.servers.{_name}"), _fixture)
 
 # The control plane (etcd, kube-apiserver, KWOK...) is one per session for every test dir.
-from tests.k8s.fixtures import control_plane, namespace, pytest_terminal_summary  # noqa: E402, F401
+from tests.k8s.fixtures import control_plane, kube, namespace, pytest_terminal_summary  # noqa: E402, F401

@@ -6,8 +6,19 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from anarchon.engine import Cause, ClaimOutcome, Clock, EngineListener, RunContext, RunState, ScaledClock
+from anarchon.engine import (
+    Cause,
+    ClaimOutcome,
+    Clock,
+    EngineListener,
+    LeaseBackend,
+    RunContext,
+    RunState,
+    ScaledClock,
+    Scheduler,
+)
 
 HOUR_MS = 3_600_000
 
@@ -106,3 +117,16 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what:
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def ran_once_then_down(backend: LeaseBackend, job_name: str, t0: int, factor: float, **options: Any) -> None:
+    """History for catch-up tests: instance "one" runs the job (every minute) at t0 + 1 min,
+    then stops on ``backend`` (closed here): from there on no instance is up."""
+    clock = ScaledClock(factor, start_ms=t0 + 60_000 - 3_000)
+    calls = Calls(clock)
+    one = Scheduler(backend, instance_id="one", clock=clock)
+    one.every(job_name, "1m", calls.handler(), jitter=0, **options)
+    await one.start()
+    await wait_for(lambda: len(calls.calls) == 1, what="the run before the downtime")
+    await one.stop()
+    await one.backend.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 from anarchon.engine import Cause, LeaseBackend, RunContext, ScaledClock, Scheduler, every
 
-from .harness import Calls, Recorder, fast_clock, wait_for
+from .harness import Calls, Recorder, fast_clock, ran_once_then_down, wait_for
 
 FACTOR = 20.0
 SLOW_S = 0.025  # real seconds added to each schedule_since: half a fake second at 20x
@@ -83,14 +83,7 @@ async def test_suspended_job_catches_up_on_resume_not_on_start(
 ) -> None:
     period = 60_000
     t0 = 1_800_000_000_000
-    first_clock = ScaledClock(FACTOR, start_ms=t0 + period - 3_000)
-    calls_1 = Calls(first_clock)
-    one = Scheduler(make_backend(), instance_id="one", clock=first_clock)
-    one.every(job_name, "1m", calls_1.handler(), jitter=0)
-    await one.start()
-    await wait_for(lambda: len(calls_1.calls) == 1, what="the run before the downtime")
-    await one.stop()
-    await one.backend.close()
+    await ran_once_then_down(make_backend(), job_name, t0, FACTOR)
 
     # Five periods later an instance starts with the job suspended: nothing is caught up...
     later = ScaledClock(FACTOR, start_ms=t0 + 6 * period + 500)

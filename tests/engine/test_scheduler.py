@@ -26,7 +26,7 @@ from anarchon.engine import (
 )
 from anarchon.engine.scheduler import job_options
 
-from .harness import Calls, Recorder, fast_clock, wait_for
+from .harness import Calls, Recorder, fast_clock, ran_once_then_down, wait_for
 
 FACTOR = 20.0  # one fake second is 50 ms of real time
 
@@ -301,14 +301,7 @@ async def test_catch_up_after_downtime(
     period = 60_000
     t0 = 1_800_000_000_000
     # Instance 1 ran the job until t0 + 1 period, then every instance was down for 5 periods.
-    first_clock = ScaledClock(FACTOR, start_ms=t0 + period - 3_000)
-    calls_1 = Calls(first_clock)
-    one = Scheduler(make_backend(), instance_id="one", clock=first_clock)
-    one.every(job_name, "1m", calls_1.handler(), jitter=0, catch_up=policy)
-    await one.start()
-    await wait_for(lambda: len(calls_1.calls) == 1, what="the run before the downtime")
-    await one.stop()
-    await one.backend.close()
+    await ran_once_then_down(make_backend(), job_name, t0, FACTOR, catch_up=policy)
 
     later = ScaledClock(FACTOR, start_ms=t0 + 6 * period + 500)
     calls_2 = Calls(later)

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,16 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
         # Do not wait for it to go: the namespace controller deletes the contents in the background.
         with contextlib.suppress(urllib.error.URLError, OSError):
             control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+async def kube(control_plane: ControlPlane) -> AsyncIterator[Any]:
+    """The operator's own asyncio client (anarchon.kube.client.Kube) on the control plane."""
+    from anarchon.kube.client import connect
+
+    client = await connect(str(control_plane.kubeconfig))
+    yield client
+    await client.close()
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.client import Kube
 from anarchon.kube.podwatch import PodWatch
 
 
@@ -23,13 +23,6 @@ def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 
 OURS = {"app.kubernetes.io/managed-by": "anarchon"}
-
-
-@pytest.fixture
-async def kube(control_plane: Any) -> AsyncIterator[Kube]:
-    client = await connect(str(control_plane.kubeconfig))
-    yield client
-    await client.close()
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ real: the AnarchonJob, the AnarchonRun with its attempt guard, the Pods.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from anarchon.engine import RunContext
 from anarchon.kube import runs
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
 from anarchon.kube.runner import PodRunner
@@ -25,13 +24,6 @@ from anarchon.kube.spec import JobSpec, parse_job, run_name
 from .conftest import Cluster, job_manifest
 
 SLOT = 1_800_000_000_000
-
-
-@pytest.fixture
-async def kube(control_plane: Any) -> AsyncIterator[Kube]:
-    client = await connect(str(control_plane.kubeconfig))
-    yield client
-    await client.close()
 
 
 @pytest.fixture
