@@ -19,10 +19,11 @@ from collections.abc import Awaitable, Callable
 
 from .backend import LeaseBackend
 from .clock import Clock
-from .errors import RunFailed, RunInterrupted, StoreError
+from .errors import RunFailed, RunInterrupted, StoreError, is_store_error
 from .events import EngineListener
 from .job import Handler, ResolvedOptions, RunContext
-from .model import RunState
+from .model import REPLACED_BY, RunState, token_hash
+from .retry import retry
 
 log = logging.getLogger("anarchon.engine.attempt")
 
@@ -30,6 +31,12 @@ FENCED = "fenced"
 TIMEOUT = "timeout"
 SHUTDOWN = "shutdown"
 LEASE_LOST = "lease lost"
+#: Fenced because a newer run replaced this one (overlap Replace): the run is over for good,
+#: so its runner may clean up after itself (nobody will take the run over).
+REPLACED = "replaced"
+#: How the release of an attempt handed over on shutdown begins. A backup does not count
+#: such an attempt against maxAttempts: a rolling update must never use up a run's tries.
+HANDED_OVER = "handed over"
 
 
 class AttemptRunner:
@@ -65,18 +72,47 @@ class AttemptRunner:
         ctx = self.ctx
         if self._fenced.is_set():
             return False
-        now = self.clock.now_ms()
+        opts = self.options
+
+        async def beat() -> tuple[bool, int]:
+            now = self.clock.now_ms()
+            return await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, opts.lease_ms), now
+
         try:
-            ok = await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, self.options.lease_ms)
-        except StoreError as exc:
-            self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc))
+            # A store error is not an answer: try again while the lease we hold lasts.
+            ok, now = await retry(
+                beat,
+                clock=self.clock,
+                transient=is_store_error,
+                deadline_ms=lambda: self._lease_until_ms,
+                on_error=lambda exc: self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc)),
+            )
+        except StoreError:
+            # Past our lease without an answer: a backup may hold the run now. We cannot
+            # prove otherwise, so we act as fenced (write nothing, launch nothing).
+            self._fence(LEASE_LOST)
             return False
         if ok:
-            self._lease_until_ms = now + self.options.lease_ms
+            self._lease_until_ms = now + opts.lease_ms
         else:
-            ctx.request_stop(FENCED)
-            self._fenced.set()
+            await self._refused()
         return ok
+
+    def _fence(self, reason: str) -> None:
+        self.ctx.request_stop(reason)
+        self._fenced.set()
+
+    async def _refused(self) -> None:
+        """The store refused our token: fenced. Tell the handler whether the run was replaced."""
+        ctx = self.ctx
+        reason = FENCED
+        try:
+            run = await self.backend.get_run(ctx.job, ctx.slot)
+        except StoreError:
+            run = None
+        if run is not None and not run.state.active and (run.error or "").startswith(REPLACED_BY):
+            reason = REPLACED
+        self._fence(reason)
 
     async def run(self) -> RunState | None:
         """Run the attempt to its end; returns the outcome written, or None if fenced/released."""
@@ -130,11 +166,13 @@ class AttemptRunner:
             # However the handler ended after the timeout, the attempt did not make it in time.
             return await self._finish(RunState.FAILED, f"timed out after {self.options.timeout_ms} ms")
         if task.cancelled():
-            return await self._release(f"handed over: {ctx.stop_reason or 'cancelled'}")
+            return await self._release(f"{HANDED_OVER}: {ctx.stop_reason or 'cancelled'}")
         exc = task.exception()
         if exc is None:
             return await self._finish(RunState.SUCCESS, None)
         if isinstance(exc, RunInterrupted):
+            if ctx.stop_reason == SHUTDOWN:
+                return await self._release(f"{HANDED_OVER}: {exc or SHUTDOWN}")
             return await self._release(str(exc) or "interrupted")
         if isinstance(exc, RunFailed):
             error = str(exc) or "failed"
@@ -143,24 +181,49 @@ class AttemptRunner:
             error = f"{type(exc).__name__}: {exc}"
         return await self._finish(RunState.FAILED, error)
 
-    async def _with_retries(self, what: str, op: Callable[[], Awaitable[bool]]) -> bool | None:
-        """Retry a final write while our lease may still be valid; None if it never got through."""
-        delay = 0.05
-        while True:
-            try:
-                return bool(await op())
-            except StoreError as exc:
-                self.listener.store_error(what, self.ctx.job, str(exc))
-                if self.clock.now_ms() >= self._lease_until_ms:
-                    return None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.options.heartbeat_ms / 1000)
+    async def _with_retries(self, what: str, op: Callable[[], Awaitable[bool]], outcome: RunState) -> bool | None:
+        """Write the attempt's end while our lease may still be valid; None if it never got through.
+
+        A reply may be lost after the store applied the write: the retry is then refused
+        (the run is no longer ours to end), and a read tells whether it was our own write.
+        """
+        ctx = self.ctx
+        errors = 0
+
+        def failed(exc: BaseException) -> None:
+            nonlocal errors
+            errors += 1
+            self.listener.store_error(what, ctx.job, str(exc))
+
+        try:
+            ok = bool(
+                await retry(
+                    op,
+                    clock=self.clock,
+                    transient=is_store_error,
+                    deadline_ms=lambda: self._lease_until_ms,
+                    on_error=failed,
+                )
+            )
+        except StoreError:
+            return None
+        if ok or not errors:
+            return ok
+        try:
+            run = await self.backend.get_run(ctx.job, ctx.slot)
+        except StoreError:
+            return None
+        if run is None:
+            return False
+        mine = token_hash(ctx.token)
+        return any(a.token_hash == mine and a.ended_ms is not None and a.outcome is outcome for a in run.attempts)
 
     async def _finish(self, outcome: RunState, error: str | None) -> RunState | None:
         ctx = self.ctx
         ok = await self._with_retries(
             "finish",
             lambda: self.backend.finish(ctx.job, ctx.slot, ctx.token, self.clock.now_ms(), outcome, error),
+            outcome,
         )
         if ok:
             self.listener.finished(ctx.job, ctx.slot, ctx.attempt, outcome, error)
@@ -173,7 +236,9 @@ class AttemptRunner:
     async def _release(self, reason: str) -> RunState | None:
         ctx = self.ctx
         ok = await self._with_retries(
-            "release", lambda: self.backend.release(ctx.job, ctx.slot, ctx.token, self.clock.now_ms(), reason)
+            "release",
+            lambda: self.backend.release(ctx.job, ctx.slot, ctx.token, self.clock.now_ms(), reason),
+            RunState.INTERRUPTED,
         )
         if ok:
             self.listener.finished(ctx.job, ctx.slot, ctx.attempt, RunState.INTERRUPTED, reason)
@@ -202,11 +267,9 @@ class AttemptRunner:
                 self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc))
                 if self.clock.now_ms() >= self._lease_until_ms:
                     # We cannot prove we still hold the run; a backup may have taken it.
-                    ctx.request_stop(LEASE_LOST)
-                    self._fenced.set()
+                    self._fence(LEASE_LOST)
                     return
                 continue
             if not ok:
-                ctx.request_stop(FENCED)
-                self._fenced.set()
+                await self._refused()
                 return

@@ -20,6 +20,11 @@ class StoreError(AnarchonError):
     """The store did not answer or answered with an error; the operation may be retried."""
 
 
+def is_store_error(exc: BaseException) -> bool:
+    """The retry policy's test for store calls: every StoreError is worth another try."""
+    return isinstance(exc, StoreError)
+
+
 class RunInterrupted(AnarchonError):
     """Raised by a handler to say that its attempt was lost (e.g. its Pod vanished).
 

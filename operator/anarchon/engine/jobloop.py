@@ -18,13 +18,14 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .attempt import SHUTDOWN, AttemptRunner
+from .attempt import HANDED_OVER, SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .clock import Clock
-from .errors import StoreError
+from .errors import StoreError, is_store_error
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
+from .retry import Backoff, retry
 from .schedule import slots_between
 
 log = logging.getLogger("anarchon.engine.jobloop")
@@ -52,7 +53,7 @@ class JobLoop:
         self._job = job
         self._opts = resolve_options(job.options, backend, job=job.name)
         self._changed = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._running: dict[int, AttemptRunner] = {}
         self._main: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -101,15 +102,15 @@ class JobLoop:
         for runner in list(self._running.values()):
             runner.ctx.request_stop(SHUTDOWN)
         if not handover:
-            for task in self._tasks:
-                task.cancel()
-        pending = {*self._main, *self._tasks}
+            for spawned in self._tasks:
+                spawned.cancel()
+        pending: set[asyncio.Task[object]] = {*self._main, *self._tasks}
         if pending:
             # Bounded: a handler that ignores its stop request must not hold up the shutdown.
             _, late = await asyncio.wait(pending, timeout=self._opts.stop_grace_ms / 1000 + 10)
-            for task in late:
-                log.error("%s did not stop in time; cancelling it", task.get_name())
-                task.cancel()
+            for straggler in late:
+                log.error("%s did not stop in time; cancelling it", straggler.get_name())
+                straggler.cancel()
         self._main.clear()
 
     async def trigger(self, slot: int | None = None) -> ClaimResult:
@@ -145,10 +146,18 @@ class JobLoop:
                     # edit were never due, so they are not run.
                     cursor = max(cursor, woke_at)
                 continue
-            cursor = slot
             if self._opts.suspend:
+                cursor = slot
                 continue
-            self._spawn(self._handle_slot(slot, Cause.SCHEDULE), f"anarchon-slot:{job.name}@{slot}")
+            # Woken late (an event-loop stall, SIGSTOP, a paused VM, the clock stepped forward):
+            # the slots slept through are missed slots and follow the catch-up policy, never
+            # fire all at once. Only the newest of them is simply due.
+            now = self.clock.now_ms()
+            due = list(slots_between(job.schedule, cursor, now)) or [slot]
+            cursor = due[-1]
+            if len(due) > 1:
+                self._catch_up(due[:-1], "slept through")
+            self._spawn(self._handle_slot(due[-1], Cause.SCHEDULE), f"anarchon-slot:{job.name}@{due[-1]}")
 
     async def _sleep_until(self, t_ms: int) -> bool:
         """Sleep until ``t_ms``; True if woken early because the job's definition changed."""
@@ -188,15 +197,26 @@ class JobLoop:
         if last is None:
             return now  # no history of this job: nothing was missed
         base = max(last, since - 1, now - opts.catch_up_window_ms)
-        missed = list(slots_between(job.schedule, base, now))
-        if not missed:
-            return now
-        chosen = missed[-1:] if opts.catch_up is CatchUp.LATEST else missed[-opts.max_catch_up :]
+        self._catch_up(list(slots_between(job.schedule, base, now)), "missed while no instance ran")
+        return now
+
+    def _catch_up(self, missed: list[int], why: str) -> None:
+        """Run the missed slots the catch-up policy chooses; report the others as missed."""
+        opts = self._opts
+        job = self._job
+        if opts.catch_up is CatchUp.NONE:
+            chosen: list[int] = []
+        elif opts.catch_up is CatchUp.LATEST:
+            chosen = missed[-1:]
+        else:
+            chosen = missed[-opts.max_catch_up :]
         for slot in missed:
             if slot not in chosen:
                 self.listener.missed(
-                    job.name, slot, f"catch-up policy {opts.catch_up} runs {len(chosen)} of {len(missed)}"
+                    job.name, slot, f"{why}: catch-up policy {opts.catch_up} runs {len(chosen)} of {len(missed)}"
                 )
+        if not chosen:
+            return
         log.info("%s: catching up %d missed slot(s)", job.name, len(chosen))
         if opts.overlap is Overlap.SKIP:
             # One after the other, or each would be skipped for the one before it.
@@ -204,10 +224,23 @@ class JobLoop:
         else:
             for slot in chosen:
                 self._spawn(self._handle_slot(slot, Cause.CATCH_UP), f"anarchon-catchup:{job.name}@{slot}")
-        return now
 
     async def _catch_up_in_order(self, slots: list[int]) -> None:
+        """Catch up under overlap Skip: each slot once the catch-up run before it has ended, on any instance.
+
+        Every instance walks the missed slots it found (a late starter may find fewer: a peer
+        has claimed the first already), and any of them may win any slot. Before claiming a
+        slot, an instance waits while a run of an earlier slot is active anywhere; otherwise
+        it would find that run active and record this slot Skipped. The starting deadline,
+        if any, still bounds how late a slot may start.
+        """
+        assert isinstance(self.backend, LeaseBackend)
+        backend = self.backend
         for slot in slots:
+            while not self._stopping and any(
+                run.slot < slot for run in await self._retry("active_runs", lambda: backend.active_runs(self._job.name))
+            ):
+                await self.clock.sleep(self._opts.heartbeat_ms)
             await self._handle_slot(slot, Cause.CATCH_UP)
 
     async def _handle_slot(self, slot: int, cause: Cause) -> None:
@@ -243,27 +276,36 @@ class JobLoop:
         deadline = slot + (
             opts.starting_deadline_ms if opts.starting_deadline_ms is not None else max(opts.lease_ms, 30_000)
         )
-        delay = 0.05
         retried = False
-        while True:
+
+        def failed(exc: BaseException) -> None:
+            nonlocal retried
+            retried = True
+            self.listener.store_error("claim", job.name, str(exc))
+
+        def claim() -> Awaitable[ClaimResult]:
             now = self.clock.now_ms()
             request = ClaimRequest(job.name, slot, self.instance, token, now, opts.lease_ms, opts.overlap)
-            try:
-                result = await self.backend.claim(request)
-            except StoreError as exc:
-                self.listener.store_error("claim", job.name, str(exc))
-                if self.clock.now_ms() > deadline or self._stopping:
-                    raise
-                retried = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            if retried and result.outcome is ClaimOutcome.TAKEN and isinstance(self.backend, LeaseBackend):
-                mine = await self._retry("get_run", lambda: self.backend.get_run(job.name, slot))  # type: ignore[attr-defined]
-                if mine is not None and mine.token == token:
-                    result = ClaimResult(ClaimOutcome.WON, mine)
-            self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
-            return result
+            return self.backend.claim(request)
+
+        result = await retry(
+            claim,
+            clock=self.clock,
+            transient=is_store_error,
+            deadline_ms=lambda: self.clock.now_ms() if self._stopping else deadline,
+            on_error=failed,
+        )
+        if retried and result.outcome is not ClaimOutcome.WON and isinstance(self.backend, LeaseBackend):
+            mine = await self._mine(self.backend, slot, token)
+            if mine is not None:
+                result = ClaimResult(ClaimOutcome.WON, mine)
+        self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
+        return result
+
+    async def _mine(self, backend: LeaseBackend, slot: int, token: str) -> Run | None:
+        """The run if our token holds it: a claim or takeover whose reply was lost did go through."""
+        run = await self._retry("get_run", lambda: backend.get_run(self._job.name, slot))
+        return run if run is not None and run.token == token and run.state.active else None
 
     # -- running what we won --------------------------------------------------------------------
 
@@ -328,14 +370,27 @@ class JobLoop:
 
     async def _try_takeover(self, backend: LeaseBackend, run: Run) -> None:
         opts = self._opts
+        # An attempt handed over on shutdown did not fail: it does not use up one of the tries.
+        handed_over = sum(1 for a in run.attempts if (a.error or "").startswith(HANDED_OVER))
         request = TakeoverRequest(
-            run.job, run.slot, self.instance, new_token(), self.clock.now_ms(), opts.lease_ms, opts.max_attempts
+            run.job,
+            run.slot,
+            self.instance,
+            new_token(),
+            self.clock.now_ms(),
+            opts.lease_ms,
+            opts.max_attempts + handed_over,
         )
         try:
             result = await backend.takeover(request)
         except StoreError as exc:
             self.listener.store_error("takeover", run.job, str(exc))
-            return
+            # The takeover may have gone through with its reply lost: then the run is ours,
+            # and leaving it would burn the attempt when our lease runs out unused.
+            mine = await self._mine(backend, run.slot, request.token)
+            if mine is None:
+                return
+            result = ClaimResult(ClaimOutcome.WON, mine)
         if result.won and result.run is not None:
             self.listener.took_over(run.job, run.slot, result.run.attempt, run.instance)
             self._spawn(self._run_attempt(result.run, result), f"anarchon-takeover:{run.job}@{run.slot}")
@@ -348,24 +403,23 @@ class JobLoop:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+    def _spawn(self, coro: Awaitable[object], name: str) -> None:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("%s crashed", task.get_name(), exc_info=exc)
 
     async def _retry(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
-        """Retry a read the loop cannot go on without, logging each store error."""
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except StoreError as exc:
-                self.listener.store_error(what, self._job.name, str(exc))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        """Retry a store call the loop cannot go on without, logging each store error."""
+        return await retry(
+            op,
+            clock=self.clock,
+            transient=is_store_error,
+            on_error=lambda exc: self.listener.store_error(what, self._job.name, str(exc)),
+            backoff=Backoff(max_ms=5_000),
+        )

@@ -35,6 +35,9 @@ class RunState(StrEnum):
 
 FINAL_STATES = frozenset(s for s in RunState if not s.active)
 
+#: How the error of a run ended by overlap Replace begins (the same text in every store).
+REPLACED_BY = "replaced by the run of slot"
+
 
 class Overlap(StrEnum):
     """What to do when a slot is due while an earlier run of the same job is still active."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from .backend import ClaimRequest, TakeoverRequest
-from .model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
+from .model import REPLACED_BY, Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
 
 
 def _close_attempt(run: Run, now_ms: int, outcome: RunState, error: str | None) -> None:
@@ -45,7 +45,7 @@ def claim(existing: Run | None, active: list[Run], req: ClaimRequest) -> tuple[C
     if others and req.overlap is Overlap.REPLACE:
         for old in others:
             old = dataclasses.replace(old, attempts=list(old.attempts))
-            reason = f"replaced by the run of slot {req.slot}"
+            reason = f"{REPLACED_BY} {req.slot}"
             _close_attempt(old, req.now_ms, RunState.INTERRUPTED, reason)
             old.state = RunState.INTERRUPTED
             old.error = reason

@@ -1,0 +1,265 @@
+"""A store call that fails, or succeeds with its reply lost, never misrecords, loses or repeats a run.
+
+Each test aims one fault at one call (tests/faults/storefaults.py, in front of each real
+lease store) and checks what the store recorded against what the handler really did.
+Every one of these failed on the engine before the one retry policy (engine/retry.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from anarchon.engine import LeaseBackend, RunContext, RunState, ScaledClock, Scheduler, new_token
+from anarchon.engine.backend import ClaimRequest
+from tests.faults.storefaults import FaultyStore
+
+from .harness import Calls, Recorder, fast_clock, ran_once_then_down, wait_for
+
+SLOT = 1_800_000_000_000
+
+
+async def test_a_store_blip_at_confirm_is_retried_not_taken_for_fenced(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """One failed heartbeat inside confirm(): the handler must hear "yours", do its work, succeed.
+
+    Before: confirm() answered False on any store error, the handler (like the Pod runner)
+    stopped before its side effect and returned, and the engine recorded Success for work
+    that never happened.
+    """
+    clock = fast_clock(10.0)
+    store = FaultyStore(make_backend())
+    listener = Recorder()
+    calls = Calls(clock)
+    did: list[int] = []
+
+    async def careful(ctx: RunContext) -> None:
+        store.fail("heartbeat", times=1)
+        if not await ctx.confirm():
+            return  # what a handler does when fenced: no side effect
+        did.append(ctx.slot)
+
+    sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(careful), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await sched.trigger(job_name, SLOT)
+        await wait_for(lambda: bool(listener.of("finished") or listener.of("fenced")), what="the attempt's end")
+        run = await store.inner.get_run(job_name, SLOT)
+        assert run is not None
+        assert store.rules[0].fired == 1, "the fault must have hit confirm()'s heartbeat"
+        assert did == [SLOT], "confirm() must retry a store error within the lease and say yes"
+        assert run.state is RunState.SUCCESS
+    finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+async def test_a_store_outage_past_the_lease_at_confirm_records_no_success(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """confirm() cannot reach the store for longer than the lease: nothing is written as Success."""
+    clock = fast_clock(10.0)
+    store = FaultyStore(make_backend())
+    listener = Recorder()
+    calls = Calls(clock)
+
+    async def careful(ctx: RunContext) -> None:
+        store.fail("heartbeat", times=10_000)
+        ok = await ctx.confirm()
+        store.rules.clear()
+        if not ok:
+            return
+
+    sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(careful), jitter=0, heartbeat="1s", lease="3s", max_attempts=1)
+    await sched.start()
+    try:
+        await sched.trigger(job_name, SLOT)
+        await wait_for(lambda: calls.calls and calls.calls[0].stop_reason is not None, what="confirm() to give up")
+        await asyncio.sleep(0.5)  # 5 fake seconds: a wrongly written Success would be there by now
+        run = await store.inner.get_run(job_name, SLOT)
+        assert run is not None
+        assert run.state is not RunState.SUCCESS, "an attempt that did nothing was recorded Success"
+        assert calls.calls[0].stop_reason == "lease lost"
+        assert not listener.of("finished"), listener.events
+    finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+async def test_a_finish_whose_reply_was_lost_is_reported_finished(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """The store recorded Success, the reply was lost: the retry is refused, a read tells it was ours."""
+    clock = fast_clock(10.0)
+    store = FaultyStore(make_backend())
+    store.fail("finish", reply_lost=True)
+    listener = Recorder()
+    calls = Calls(clock)
+    sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await sched.trigger(job_name, SLOT)
+        await wait_for(lambda: bool(listener.of("finished") or listener.of("fenced")), what="the attempt's end")
+        assert store.rules[0].fired == 1
+        assert [e[4] for e in listener.of("finished")] == ["Success"], listener.events
+        assert not listener.of("fenced"), listener.events
+        run = await store.inner.get_run(job_name, SLOT)
+        assert run is not None and run.state is RunState.SUCCESS
+    finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+async def test_a_takeover_whose_reply_was_lost_keeps_its_attempt(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """The store gave us attempt 2 but the reply was lost: we run attempt 2; no attempt 3 is burnt."""
+    clock = fast_clock(10.0)
+    store = FaultyStore(make_backend())
+    await store.setup()
+    dead = ClaimRequest(job_name, SLOT, "dead", new_token(), clock.now_ms(), 2_000)
+    assert (await store.inner.claim(dead)).won  # a runner that died at once: its lease runs out
+    store.fail("takeover", reply_lost=True)
+    listener = Recorder()
+    calls = Calls(clock)
+    sched = Scheduler(store, instance_id="backup", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(), jitter=0, heartbeat="1s", lease="2s", max_attempts=3)
+    await sched.start()
+    try:
+        await wait_for(lambda: bool(listener.of("finished")), timeout_s=30, what="the run to finish")
+        assert store.rules[0].fired == 1
+        run = await store.inner.get_run(job_name, SLOT)
+        assert run is not None
+        assert run.state is RunState.SUCCESS
+        assert run.attempt == 2, [(a.attempt, a.instance, a.outcome, a.error) for a in run.attempts]
+        assert [c.attempt for c in calls.calls] == [2]
+    finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+async def test_a_claim_whose_reply_was_lost_is_won(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:
+    """The claim went through, its reply did not: the retry sees "taken", the token says it is ours."""
+    clock = fast_clock(10.0)
+    store = FaultyStore(make_backend())
+    store.fail("claim", reply_lost=True)
+    calls = Calls(clock)
+    sched = Scheduler(store, instance_id="solo", clock=clock)
+    sched.every(job_name, "1h", calls.handler(), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        result = await sched.trigger(job_name, SLOT)
+        assert store.rules[0].fired == 1
+        assert result.won
+        await wait_for(lambda: len(calls.calls) == 1, what="the run")
+    finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+async def test_a_hand_over_does_not_use_up_an_attempt(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:
+    """maxAttempts 1: the runner's instance stops (a rolling update); the backup still runs the run.
+
+    Before, the hand-over counted as the one attempt, and the run was given up as Interrupted.
+    """
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    released = asyncio.Event()
+
+    async def long_then_quick(ctx: RunContext) -> None:
+        if ctx.attempt == 1:
+            await ctx.stop.wait()
+            raise asyncio.CancelledError  # the instance is going: hand the run over
+        released.set()
+
+    listener = Recorder()
+    one = Scheduler(make_backend(), instance_id="one", clock=clock)
+    two = Scheduler(make_backend(), instance_id="two", clock=clock, listener=listener)
+    for sched in (one, two):
+        sched.every(
+            job_name, "1h", calls.handler(long_then_quick), jitter=0, heartbeat="1s", lease="3s", max_attempts=1
+        )
+        await sched.start()
+    try:
+        await one.trigger(job_name, SLOT)
+        await wait_for(lambda: len(calls.calls) == 1, what="attempt 1 on one")
+        await one.stop(handover=True)
+        await wait_for(lambda: bool(listener.of("finished")), timeout_s=30, what="the run to end on two")
+        run = await two.backend.get_run(job_name, SLOT)  # type: ignore[attr-defined]
+        assert run is not None
+        assert run.state is RunState.SUCCESS, run.error
+        assert [(c.attempt, c.instance) for c in calls.calls] == [(1, "one"), (2, "two")]
+        assert (run.attempts[0].error or "").startswith("handed over"), run.attempts[0]
+    finally:
+        await one.backend.close()
+        await two.stop(handover=False)
+        await two.backend.close()
+
+
+async def test_slots_slept_through_follow_the_catch_up_policy_not_a_burst(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """The event loop stalls for ~10 slots (catchUp None): one slot runs after it, the rest are missed."""
+    clock = fast_clock(10.0)
+    listener = Recorder()
+    calls = Calls(clock)
+    sched = Scheduler(make_backend(), instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1s", calls.handler(), jitter=0, heartbeat="1s", overlap="Allow")
+    await sched.start()
+    try:
+        await wait_for(lambda: len(calls.calls) >= 2, what="runs before the stall")
+        before = clock.now_ms()
+        time.sleep(1.2)  # noqa: ASYNC251 - the stall under test: blocks the loop: 12 fake seconds, ~12 slots slept through
+        after = clock.now_ms()
+        await asyncio.sleep(0.15)  # 1.5 fake seconds: everything the wake-up fires has fired
+        stalled = [c for c in calls.calls if before < c.slot <= after]
+        missed = [e for e in listener.of("missed") if before < int(e[2]) <= after]
+        assert len(stalled) <= 1, f"{len(stalled)} slots slept through ran at once"
+        assert len(missed) >= 9, listener.of("missed")
+        assert all("slept through" in e[3] for e in missed)
+    finally:
+        await sched.stop(handover=False)
+        await sched.backend.close()
+
+
+async def test_catch_up_all_with_skip_runs_every_missed_slot_across_instances(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """Three instances catch up 4 missed slots under overlap Skip: every one runs, none is Skipped.
+
+    Before, the instances that lost the first slot's claim went straight on to the next ones
+    and found the first run still active: Skipped.
+    """
+    factor = 20.0
+    t0 = 1_800_000_000_000
+    # History: one run at t0 + 1 min, then nobody up until t0 + 5.5 min.
+    await ran_once_then_down(make_backend(), job_name, t0, factor)
+    clock = ScaledClock(factor, start_ms=t0 + 330_000)
+    calls = Calls(clock)
+    listener = Recorder()
+
+    async def takes_a_while(ctx: RunContext) -> None:
+        await clock.sleep(3_000)
+
+    scheds = [Scheduler(make_backend(), instance_id=f"i{n}", clock=clock, listener=listener) for n in range(3)]
+    for sched in scheds:
+        sched.every(
+            job_name, "1m", calls.handler(takes_a_while), jitter=0, heartbeat="1s", catch_up="All", overlap="Skip"
+        )
+    await asyncio.gather(*(s.start() for s in scheds))
+    try:
+        missed = [t0 + 120_000, t0 + 180_000, t0 + 240_000, t0 + 300_000]
+        await wait_for(
+            lambda: sum(1 for e in listener.of("finished")) >= len(missed), timeout_s=30, what="the catch-up"
+        )
+        assert sorted(c.slot for c in calls.calls) == missed, "\n".join(map(str, listener.events))
+        assert not listener.of("skipped"), listener.of("skipped")
+    finally:
+        for sched in scheds:
+            await sched.stop(handover=False)
+            await sched.backend.close()
