@@ -599,3 +599,16 @@ async def test_awkward_instance_names_round_trip(backend: RedisBackend) -> None:
     assert won.won
     stored = await backend.get_run("j", 1)
     assert stored == won.run and stored is not None and stored.attempts[0].instance == instance
+
+
+async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing(backend: RedisBackend) -> None:
+    """300 calls at once, more than the pool's 100 connections: every one is answered.
+
+    Before, redis-py's default pool raised "Too many connections" past 100: under load
+    (1,000 jobs due at once) claims and heartbeats failed, and takeovers and duplicates followed.
+    """
+    job = f"burst-{uuid.uuid4().hex[:8]}"
+    results = await asyncio.gather(*(backend.get_run(job, slot) for slot in range(300)), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, f"{len(errors)} calls failed, e.g. {errors[0]!r}"
+    assert results == [None] * 300

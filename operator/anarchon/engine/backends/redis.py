@@ -445,6 +445,7 @@ class RedisBackend(LeaseBackend):
         client: aioredis.Redis | None = None,
         retention_ms: int | None = None,
         socket_timeout_s: float = 5.0,
+        max_connections: int = 100,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ConfigError(f"redis prefix {prefix!r}: braces are reserved for the job's hash tag")
@@ -456,13 +457,19 @@ class RedisBackend(LeaseBackend):
         self._safe_url = redact_url(url)
         self._owns_client = client is None
         if client is None:
-            client = aioredis.Redis.from_url(
+            # A blocking pool: under load a call waits (up to the socket timeout) for one of
+            # the connections instead of failing at once with "Too many connections", which
+            # turned overload into failed heartbeats, takeovers and duplicate runs.
+            pool = aioredis.BlockingConnectionPool.from_url(
                 url,
+                max_connections=max_connections,
+                timeout=socket_timeout_s,
                 decode_responses=True,
                 socket_timeout=socket_timeout_s,
                 socket_connect_timeout=socket_timeout_s,
                 retry=Retry(NoBackoff(), 0),
             )
+            client = aioredis.Redis.from_pool(pool)
         self._client: aioredis.Redis = client
         self._claim = client.register_script(_CLAIM)
         self._heartbeat = client.register_script(_HEARTBEAT)
