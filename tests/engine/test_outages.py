@@ -141,3 +141,45 @@ async def test_ping_fails_while_the_store_is_down_and_answers_after(private_serv
         await backend.ping()
     finally:
         await backend.close()
+
+
+async def test_a_running_run_survives_a_redis_restart_that_lost_every_key(job_name: str) -> None:
+    """Redis restarts empty (no persistence, or a failover to a fresh replica) while a run is running.
+
+    The runner's next heartbeat finds no run: the store lost it, nobody took it over. Before,
+    the runner took that for "fenced" and stopped, and with no record left no backup could
+    take over either: the run was orphaned. Now it claims the run again with its own token
+    and goes on; its end is recorded.
+    """
+    server = RedisServer()
+    try:
+        server.start()
+    except Exception as exc:
+        pytest.fail(f"redis server did not start: {exc}")
+    clock = fast_clock(10.0)
+    listener = Errors()
+    calls = Calls(clock)
+    go_on = asyncio.Event()
+
+    async def long(ctx: RunContext) -> None:
+        await go_on.wait()
+
+    sched = Scheduler(_backend(server), instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(long), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await sched.trigger(job_name, 1_800_000_000_000)
+        await wait_for(lambda: len(calls.calls) == 1, what="the run to start")
+        await asyncio.to_thread(server.restart)  # same port, every key gone
+        await asyncio.sleep(0.5)  # 5 fake seconds: heartbeats have found the run missing
+        assert calls.calls[0].stop_reason is None, "the runner must not stop: nobody else holds its run"
+        assert "reclaim" in listener.store_errors
+        go_on.set()
+        await wait_for(lambda: not sched.jobs[job_name].running_slots, what="the run to end")
+        run = await sched.backend.get_run(job_name, 1_800_000_000_000)  # type: ignore[attr-defined]
+        assert run is not None and run.state is RunState.SUCCESS, run
+        assert len(calls.calls) == 1
+    finally:
+        await sched.stop(handover=False)
+        await sched.backend.close()
+        server.stop()

@@ -17,12 +17,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from .backend import LeaseBackend
+from .backend import ClaimRequest, LeaseBackend
 from .clock import Clock
 from .errors import RunFailed, RunInterrupted, StoreError, is_store_error
 from .events import EngineListener
 from .job import Handler, ResolvedOptions, RunContext
-from .model import REPLACED_BY, RunState, token_hash
+from .model import REPLACED_BY, Overlap, RunState, token_hash
 from .retry import retry
 
 log = logging.getLogger("anarchon.engine.attempt")
@@ -94,25 +94,54 @@ class AttemptRunner:
             return False
         if ok:
             self._lease_until_ms = now + opts.lease_ms
-        else:
-            await self._refused()
-        return ok
+            return True
+        return await self._refused()
 
     def _fence(self, reason: str) -> None:
         self.ctx.request_stop(reason)
         self._fenced.set()
 
-    async def _refused(self) -> None:
-        """The store refused our token: fenced. Tell the handler whether the run was replaced."""
+    async def _refused(self) -> bool:
+        """The store refused our token. True if the run is ours again (the store had lost it).
+
+        Otherwise we are fenced; the handler is told whether the run was replaced.
+        """
         ctx = self.ctx
-        reason = FENCED
         try:
             run = await self.backend.get_run(ctx.job, ctx.slot)
         except StoreError:
-            run = None
-        if run is not None and not run.state.active and (run.error or "").startswith(REPLACED_BY):
-            reason = REPLACED
-        self._fence(reason)
+            self._fence(FENCED)
+            return False
+        if run is None and await self._reclaim():
+            return True
+        replaced = run is not None and not run.state.active and (run.error or "").startswith(REPLACED_BY)
+        self._fence(REPLACED if replaced else FENCED)
+        return False
+
+    async def _reclaim(self) -> bool:
+        """Claim again, with our token, a run the store has no record of; True if it is ours.
+
+        A running run is never pruned, so a store without it has lost its state (a Redis
+        restart without persistence, a failover to an empty replica). Nobody else holds the
+        run then, and its Pod (or whatever the handler started) still runs: fencing ourselves
+        would orphan it, with no lease left for a backup to take over. If another instance
+        claimed the slot anew meanwhile, the claim is refused and we are fenced after all.
+        """
+        ctx = self.ctx
+        now = self.clock.now_ms()
+        request = ClaimRequest(ctx.job, ctx.slot, ctx.instance, ctx.token, now, self.options.lease_ms, Overlap.ALLOW)
+        try:
+            result = await self.backend.claim(request)
+        except StoreError:
+            return False
+        if result.run is None or result.run.token != ctx.token:
+            return False
+        log.warning(
+            "%s@%s: the store had lost this running run; attempt %d claimed it again", ctx.job, ctx.slot, ctx.attempt
+        )
+        self.listener.store_error("reclaim", ctx.job, f"run {ctx.slot} was missing from the store; claimed again")
+        self._lease_until_ms = now + self.options.lease_ms
+        return True
 
     async def run(self) -> RunState | None:
         """Run the attempt to its end; returns the outcome written, or None if fenced/released."""
@@ -207,13 +236,15 @@ class AttemptRunner:
             )
         except StoreError:
             return None
-        if ok or not errors:
-            return ok
+        if ok:
+            return True
         try:
             run = await self.backend.get_run(ctx.job, ctx.slot)
+            if run is None and await self._reclaim():
+                return bool(await op())  # the store had lost the run: write our end into it anew
         except StoreError:
             return None
-        if run is None:
+        if run is None or not errors:
             return False
         mine = token_hash(ctx.token)
         return any(a.token_hash == mine and a.ended_ms is not None and a.outcome is outcome for a in run.attempts)
@@ -270,6 +301,5 @@ class AttemptRunner:
                     self._fence(LEASE_LOST)
                     return
                 continue
-            if not ok:
-                await self._refused()
+            if not ok and not await self._refused():
                 return
