@@ -1,0 +1,1 @@
+"""Fault injection for tests (see README.md here)."""
