@@ -35,7 +35,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def test_ci_values_cover_the_modes() -> None:
-    assert set(VARIANTS) >= {"default", "namespaced", "bundled-redis", "existing-secret", "sqlite"}
+    assert set(VARIANTS) >= {
+        *("default", "namespaced", "bundled-redis", "bundled-redis-ephemeral", "existing-secret", "sqlite"),
+    }
 
 
 # ------------------------------------------------------------------------------------------- lint
@@ -259,6 +261,120 @@ def test_bundled_redis() -> None:
     assert "$(REDIS_PASSWORD)" in rc["args"]
 
 
+def _redis_options(redis: Manifest) -> dict[str, str]:
+    """`redis-server --opt value ...` -> {"opt": "value"} (every option the chart passes takes one value)."""
+    args = container(redis, "redis")["args"]
+    assert args[0] == "redis-server"
+    opts = args[1:]
+    assert len(opts) % 2 == 0 and all(o.startswith("--") for o in opts[::2]), args
+    options = {k.removeprefix("--"): v for k, v in zip(opts[::2], opts[1::2], strict=True)}
+    assert len(options) == len(opts) // 2, f"an option is given twice: {args}"
+    return options
+
+
+def test_bundled_redis_keeps_claims_on_a_pvc_with_aof_by_default() -> None:
+    """A Redis restart must not forget claims and leases: AOF (fsync every second) on a kept PVC at /data."""
+    docs = rendered(VARIANTS["bundled-redis"])
+    redis = one(docs, "Deployment", "anarchon-redis")
+    pvc = one(docs, "PersistentVolumeClaim", "anarchon-redis-data")
+    assert pvc["metadata"]["namespace"] == "anarchon-system"
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["metadata"]["labels"]["app.kubernetes.io/component"] == "redis"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert "storageClassName" not in pvc["spec"], "empty storageClassName: the cluster's default class"
+    pod = redis["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": "anarchon-redis-data"}}
+    assert {m["mountPath"]: m["name"] for m in container(redis, "redis")["volumeMounts"]} == {"/data": "data"}
+    assert redis["spec"]["strategy"] == {"type": "Recreate"}, "a ReadWriteOnce volume: never two Redis pods"
+    options = _redis_options(redis)
+    assert options["appendonly"] == "yes"
+    assert options["appendfsync"] == "everysec"
+    assert options["dir"] == "/data"
+    assert options["save"] == "", "RDB snapshots off: the AOF is the durable copy"
+    assert options["maxmemory"] == "200mb"
+    assert options["maxmemory-policy"] == "noeviction"
+    # The one PVC of the release is Redis': the operator's own data volume stays an emptyDir.
+    assert len(find(docs, "PersistentVolumeClaim")) == 1
+    op = one(docs, "Deployment", "anarchon")
+    assert "emptyDir" in {v["name"]: v for v in op["spec"]["template"]["spec"]["volumes"]}["data"]
+
+
+def test_bundled_redis_persistence_settings() -> None:
+    docs = rendered(
+        {
+            "redis": {
+                "enabled": True,
+                "persistence": {"size": "5Gi", "storageClassName": "fast-ssd", "accessModes": ["ReadWriteOncePod"]},
+                "maxmemory": "1gb",
+                "resources": {"limits": {"memory": "2Gi"}},
+            }
+        },
+        release="q",
+    )
+    pvc = one(docs, "PersistentVolumeClaim", "q-anarchon-redis-data")
+    assert pvc["spec"]["storageClassName"] == "fast-ssd"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOncePod"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    redis = one(docs, "Deployment", "q-anarchon-redis")
+    vols = {v["name"]: v for v in redis["spec"]["template"]["spec"]["volumes"]}
+    assert vols["data"]["persistentVolumeClaim"]["claimName"] == "q-anarchon-redis-data"
+    assert _redis_options(redis)["maxmemory"] == "1gb"
+
+
+def test_bundled_redis_without_persistence_uses_an_empty_dir() -> None:
+    docs = rendered(VARIANTS["bundled-redis-ephemeral"])
+    assert not find(docs, "PersistentVolumeClaim")
+    redis = one(docs, "Deployment", "anarchon-redis")
+    vols = {v["name"]: v for v in redis["spec"]["template"]["spec"]["volumes"]}
+    assert vols["data"] == {"name": "data", "emptyDir": {}}
+    options = _redis_options(redis)
+    assert options["appendonly"] == "no"
+    assert "appendfsync" not in options
+    # Memory bounds do not depend on persistence: noeviction always.
+    assert options["maxmemory"] == "100mb"
+    assert options["maxmemory-policy"] == "noeviction"
+
+
+def test_no_redis_pvc_unless_redis_is_enabled() -> None:
+    """redis.persistence.enabled is true by default, but without redis.enabled there is no Redis to keep."""
+    docs = rendered()
+    assert not find(docs, "PersistentVolumeClaim")
+    assert not find(docs, "Deployment", "anarchon-redis")
+
+
+@pytest.mark.parametrize(
+    ("maxmemory", "limit", "ok"),
+    [
+        ("200mb", "256Mi", True),
+        ("255mb", "256Mi", True),
+        ("256mb", "256Mi", False),  # mb = MiB
+        ("268435455", "256Mi", True),
+        ("268435456", "256Mi", False),
+        ("268m", "256Mi", True),  # m = 10^6 bytes
+        ("269m", "256Mi", False),
+        ("1GB", "1Gi", False),  # units are case-insensitive
+        ("999m", "1G", True),
+        ("1g", "1G", False),
+        ("300mb", 536870912, True),  # a limit in plain bytes
+        ("600mb", 536870912, False),
+        ("300mb", "0.5Gi", True),  # a fractional limit is not parsed (not checked): it renders
+    ],
+)
+def test_redis_maxmemory_must_stay_below_the_memory_limit(maxmemory: str, limit: object, ok: bool) -> None:
+    res = render(
+        {"redis": {"enabled": True, "maxmemory": maxmemory, "resources": {"limits": {"memory": limit}}}},
+        check=False,
+    )
+    if ok:
+        assert res.returncode == 0, res.stderr
+        assert _redis_options(one(manifests(res.stdout), "Deployment", "anarchon-redis"))["maxmemory"] == maxmemory
+    else:
+        assert res.returncode != 0, f"maxmemory {maxmemory} accepted with a {limit} limit"
+        assert "must be below redis.resources.limits.memory" in res.stderr, res.stderr
+
+
 def test_url_with_password_from_secret_and_tls() -> None:
     docs = rendered(VARIANTS["existing-secret"])
     dep = one(docs, "Deployment")
@@ -298,6 +414,12 @@ def test_sqlite_single_replica_with_pvc() -> None:
         ({"unknownKey": 1}, "unknownKey"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "/watchNamespaces/0"),
         ({"podAntiAffinity": "maybe"}, "/podAntiAffinity"),
+        ({"redis": {"persistence": {"sizee": "1Gi"}}}, "sizee"),
+        ({"redis": {"persistence": {"size": "lots"}}}, "/redis/persistence/size"),
+        ({"redis": {"persistence": {"accessModes": ["ReadAnywhere"]}}}, "/redis/persistence/accessModes/0"),
+        ({"redis": {"maxmemory": "0"}}, "/redis/maxmemory"),
+        ({"redis": {"maxmemory": "200 MB"}}, "/redis/maxmemory"),
+        ({"redis": {"maxmemoryPolicy": "allkeys-lru"}}, "maxmemoryPolicy"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else "",
 )
@@ -325,6 +447,27 @@ def test_notes_say_what_to_do_next(cluster: ControlPlane) -> None:
     assert "team-a, team-b" in text and "create secret" in text
     text = notes("anarchon-system", "--set", "store.type=nats", "--set", "store.url=nats://nats:4222")
     assert "claim-only store" in text and "create secret" not in text
+    assert "WARNING" not in text
+
+
+def test_notes_warn_when_the_bundled_redis_forgets_claims(cluster: ControlPlane) -> None:
+    """Without persistence a Redis restart loses every claim and lease: NOTES.txt says so, loudly."""
+
+    def notes(values_file: str) -> str:
+        res = helm(
+            "install", "anarchon", str(CHART), "--namespace", "anarchon-system", "--dry-run=server",
+            "--kubeconfig", str(cluster.kubeconfig), "--values", str(CHART / "ci" / values_file),
+        )  # fmt: skip
+        return " ".join(res.stdout.split("NOTES:", 1)[1].split())  # one line: the wording may wrap anywhere
+
+    text = notes("bundled-redis-ephemeral-values.yaml")
+    assert "WARNING: redis.persistence.enabled=false" in text
+    assert "LOSES EVERY CLAIM AND LEASE" in text
+    assert "slots may run twice" in text and "orphaned" in text
+    assert "Set redis.persistence.enabled=true" in text
+    text = notes("bundled-redis-values.yaml")
+    assert "WARNING" not in text
+    assert "PersistentVolumeClaim anarchon-redis-data" in text and "fsynced every second" in text
 
 
 # ------------------------------------------------------------------------------- kubeconform / dry-run

@@ -129,3 +129,48 @@ Keep in sync with tests/chart/test_rbac.py, which checks them against the API se
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}
+
+{{/*
+redis.maxmemory in bytes (Redis units: k=1000, kb=1024, m=10^6, mb=1024^2, g=10^9, gb=1024^3; case-insensitive).
+*/}}
+{{- define "anarchon.redis.maxmemoryBytes" -}}
+{{- $v := lower (toString .Values.redis.maxmemory) }}
+{{- $units := dict "" 1 "b" 1 "k" 1000 "kb" 1024 "m" 1000000 "mb" 1048576 "g" 1000000000 "gb" 1073741824 }}
+{{- $unit := regexReplaceAll "^[0-9]+" $v "" }}
+{{- if not (hasKey $units $unit) }}
+{{- fail (printf "redis.maxmemory %q: give a number of bytes with an optional Redis unit (k, kb, m, mb, g, gb), e.g. 200mb" $v) }}
+{{- end }}
+{{- mul (regexFind "^[0-9]+" $v | int64) (get $units $unit) }}
+{{- end }}
+
+{{/*
+A Kubernetes memory quantity in bytes, or "" when it is not a plain whole number with an optional suffix
+(e.g. 0.5Gi or 1e9: not checked).
+*/}}
+{{- define "anarchon.quantityBytes" -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}
+{{- int64 . }}
+{{- else }}
+{{- $q := toString . }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- if regexMatch "^[0-9]+(k|M|G|T|Ki|Mi|Gi|Ti)?$" $q }}
+{{- mul (regexFind "^[0-9]+" $q | int64) (get $units (regexReplaceAll "^[0-9]+" $q "")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails when redis.maxmemory is not below the Redis container's memory limit: Redis would be OOM-killed (a
+restart) before it starts refusing writes.
+*/}}
+{{- define "anarchon.redis.checkMemory" -}}
+{{- $limit := "" }}
+{{- with .Values.redis.resources.limits }}{{ with .memory }}{{ $limit = . }}{{ end }}{{ end }}
+{{- if $limit }}
+{{- $limitBytes := include "anarchon.quantityBytes" $limit }}
+{{- $maxBytes := include "anarchon.redis.maxmemoryBytes" . }}
+{{- if and $limitBytes (ge (int64 $maxBytes) (int64 $limitBytes)) }}
+{{- fail (printf "redis.maxmemory=%s (%s bytes) must be below redis.resources.limits.memory=%v (%s bytes), with room for Redis' own overhead and the AOF rewrite: at the limit the kernel kills Redis (a restart) before Redis refuses writes" (toString .Values.redis.maxmemory) $maxBytes $limit $limitBytes) }}
+{{- end }}
+{{- end }}
+{{- end }}
