@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from anarchon.engine import RunContext
+from anarchon.engine import RunContext, RunInterrupted
 from anarchon.kube import runs
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
@@ -46,7 +46,8 @@ def attempt(n: int, *answers: bool) -> RunContext:
 
 async def test_fenced_right_after_the_launch_deletes_its_own_pod(kube: Kube, spec: JobSpec) -> None:
     runner = PodRunner(kube, EventPoster(kube), lambda: spec)
-    await asyncio.wait_for(runner(attempt(1, True)), 30)  # holds the lease before the launch, has lost it right after
+    with pytest.raises(RunInterrupted, match="fenced"):  # never a normal return: that would read as success
+        await asyncio.wait_for(runner(attempt(1, True)), 30)  # holds the lease before the launch, lost it right after
     pods = await pods_of_run(kube, spec.namespace, run_name(spec.name, SLOT))
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     assert live == [], [p["metadata"]["name"] for p in live]
@@ -60,5 +61,6 @@ async def test_an_attempt_whose_run_a_later_attempt_owns_launches_nothing(kube: 
     )
     runner = PodRunner(kube, EventPoster(kube), lambda: spec)
     # The store has not told attempt 1 yet (its confirms pass), but the run object has.
-    await asyncio.wait_for(runner(attempt(1, True, True, True)), 30)
+    with pytest.raises(RunInterrupted, match="later attempt"):
+        await asyncio.wait_for(runner(attempt(1, True, True, True)), 30)
     assert await pods_of_run(kube, spec.namespace, name) == []

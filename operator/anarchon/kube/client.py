@@ -6,12 +6,22 @@ Pods, Events, status) goes through kubernetes_asyncio so the event loop is never
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from ..engine.clock import SystemClock
+from ..engine.retry import retry
+
+log = logging.getLogger("anarchon.kube.client")
+T = TypeVar("T")
 
 GROUP = "anarchon.io"
 VERSION = "v1alpha1"
@@ -20,7 +30,69 @@ JOBS = "anarchonjobs"
 RUNS = "anarchonruns"
 MERGE = "application/merge-patch+json"
 
-__all__ = ["API_VERSION", "GROUP", "JOBS", "MERGE", "RUNS", "VERSION", "ApiException", "Kube", "connect"]
+#: How long one API request may take before it counts as lost (then it is retried).
+REQUEST_TIMEOUT_S = 30.0
+#: How long a request that fails transiently is tried again before its caller gives up.
+RETRY_FOR_MS = 60_000
+#: Answers that say "not now" rather than "no": the same request may well succeed later.
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "JOBS",
+    "MERGE",
+    "RUNS",
+    "VERSION",
+    "ApiException",
+    "Kube",
+    "call",
+    "connect",
+    "transient",
+]
+
+
+def transient(exc: BaseException) -> bool:
+    """An error after which the same request may succeed: overload, a server error, a lost connection.
+
+    A 409 Conflict or a 404 is an answer, not a failure, and is left to the caller.
+    """
+    if isinstance(exc, ApiException):
+        return not exc.status or exc.status in TRANSIENT_STATUS
+    return isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError)
+
+
+async def call(
+    what: str,
+    op: Callable[[], Awaitable[T]],
+    *,
+    retry_for_ms: int | None = None,
+    also: type[BaseException] | None = None,
+) -> T:
+    """One API request under the code base's retry policy, each try bounded by REQUEST_TIMEOUT_S.
+
+    Only for requests that are safe to send again: reads, deletes, creates whose 409 the
+    caller treats as "it exists already", and writes guarded by resourceVersion. A reply that
+    was lost after the server acted is then recognised on the retry. ``also`` names one
+    more error the caller wants retried the same way (a write conflict).
+    """
+    clock = SystemClock()
+    deadline = clock.now_ms() + (RETRY_FOR_MS if retry_for_ms is None else retry_for_ms)
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(op(), REQUEST_TIMEOUT_S)
+
+    def failed(exc: BaseException) -> None:
+        if also is not None and isinstance(exc, also):
+            log.debug("%s: %s; trying again", what, exc)
+            return
+        reason = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+        log.warning("%s failed (%s); retrying", what, reason)
+
+    def retried(exc: BaseException) -> bool:
+        return transient(exc) or (also is not None and isinstance(exc, also))
+
+    return await retry(bounded, clock=clock, transient=retried, deadline_ms=lambda: deadline, on_error=failed)
 
 
 @dataclass
@@ -35,14 +107,20 @@ class Kube:
         await self.api.close()
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        await self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, JOBS, name, {"metadata": {"annotations": annotations}}, _content_type=MERGE
-        )  # type: ignore[call-arg]
+        await call(
+            f"annotating job {namespace}/{name}",
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBS, name, {"metadata": {"annotations": annotations}}, _content_type=MERGE
+            ),  # type: ignore[call-arg]
+        )
 
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOBS, name, {"status": status}, _content_type=MERGE
-        )  # type: ignore[call-arg]
+        await call(
+            f"status of job {namespace}/{name}",
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, JOBS, name, {"status": status}, _content_type=MERGE
+            ),  # type: ignore[call-arg]
+        )
 
 
 async def connect(kubeconfig: str | None = None) -> Kube:

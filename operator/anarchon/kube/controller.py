@@ -71,7 +71,7 @@ class JobController:
         self.metrics = metrics
         self.specs: dict[str, JobSpec] = {}
         self._triggers: dict[str, str] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
 
     # -- watch events ----------------------------------------------------------------------------
 
@@ -274,9 +274,15 @@ class JobController:
             )
 
     def spawn(self, coro: Any) -> None:
+        """Run ``coro`` in the background (listener hooks must not block); a failure is logged."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._spawned_done)
+
+    def _spawned_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("background write failed: %s: %s", type(exc).__name__, exc)
 
 
 def parse_trigger(value: str) -> int | None:

@@ -72,6 +72,17 @@ def build_registry(
         if namespaced:
             settings.scanning.disabled = True
 
+    @kopf.on.cleanup(registry=registry)
+    async def hand_over(**_: Any) -> None:
+        """On SIGTERM, before kopf cancels every task it did not start (our job loops among them).
+
+        Stops claiming at once and releases the leases of running attempts, their Pods left
+        running: a backup adopts each at its next check instead of waiting for the lease
+        to run out.
+        """
+        log.info("stopping: handing running attempts over")
+        await scheduler.stop(handover=True)
+
     @kopf.on.event(GROUP, VERSION, JOBS, registry=registry)
     async def job_event(**kwargs: Any) -> None:
         event: dict[str, Any] = kwargs["event"]
@@ -136,7 +147,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
             stop_flag=cfg.stop_flag,
         )
     finally:
-        # Hand running attempts over: their Pods keep running and a backup adopts them at once.
+        # Normally done already by the cleanup handler; here for a kopf that ended otherwise.
         await scheduler.stop(handover=True)
         await pod_watch.stop()
         if health is not None:

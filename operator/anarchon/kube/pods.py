@@ -7,11 +7,12 @@ the run's name alone: that is what makes adoption possible after the runner died
 from __future__ import annotations
 
 import copy
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .client import ApiException, Kube
+from .client import ApiException, Kube, call
 from .spec import (
     ANNOTATION_SCHEDULED_AT,
     LABEL_ATTEMPT,
@@ -33,7 +34,10 @@ class PodFate(StrEnum):
     LIVE = "Live"  # Pending or Running: the attempt is alive
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"  # the work failed (exit code != 0, deadline exceeded)
-    LOST = "Lost"  # evicted, node lost, deleted: the attempt is interrupted, not failed
+    LOST = "Lost"  # ended without running to its end (evicted, node shut down): interrupted, not failed
+    # Being deleted, or its node stopped reporting (phase Unknown): its containers may still
+    # run, so no other Pod of the run may start until it is gone. Never force-deleted.
+    LINGERING = "Lingering"
     GONE = "Gone"  # no such Pod
 
 
@@ -61,9 +65,9 @@ def fate_of(pod: dict[str, Any] | None) -> PodView:
             return PodView(name, PodFate.LOST, f"the Pod was lost ({reason}): {status.get('message', '')}".strip(), pod)
         return PodView(name, PodFate.FAILED, _failure_message(status), pod)
     if phase == "Unknown":
-        return PodView(name, PodFate.LOST, "the Pod's node stopped reporting (phase Unknown)", pod)
+        return PodView(name, PodFate.LINGERING, "the Pod's node stopped reporting (phase Unknown)", pod)
     if meta.get("deletionTimestamp"):
-        return PodView(name, PodFate.LOST, "the Pod is being deleted", pod)
+        return PodView(name, PodFate.LINGERING, "the Pod is being deleted", pod)
     return PodView(name, PodFate.LIVE, f"the Pod is {phase}", pod)
 
 
@@ -123,7 +127,10 @@ def _as_dict(kube: Kube, obj: object) -> dict[str, Any]:
 
 async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, Any]]:
     """Every Pod of a run, oldest attempt first."""
-    listing = await kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}")
+    listing = await call(
+        f"listing Pods of run {namespace}/{run}",
+        lambda: kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}"),
+    )
     items = [_as_dict(kube, p) for p in listing.items]
     items.sort(key=lambda p: int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
     return items
@@ -131,7 +138,9 @@ async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, An
 
 async def read_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return _as_dict(kube, await kube.core.read_namespaced_pod(name, namespace))
+        return _as_dict(
+            kube, await call(f"reading Pod {namespace}/{name}", lambda: kube.core.read_namespaced_pod(name, namespace))
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -139,24 +148,35 @@ async def read_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | No
 
 
 async def create_pod(kube: Kube, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Create the Pod; ``(pod, created)``. AlreadyExists means it was launched before: not again."""
+    """Create the Pod; ``(pod, created)``. AlreadyExists means it was launched before: not again.
+
+    A create whose reply was lost is retried and answered AlreadyExists: ``created`` is then
+    False although this very call made the Pod. Callers treat both alike (the Pod name is the
+    attempt's own), so that is harmless.
+    """
     namespace = body["metadata"]["namespace"]
+    name = body["metadata"]["name"]
     try:
-        created = await kube.core.create_namespaced_pod(namespace, body)  # type: ignore[arg-type]
+        created = await call(
+            f"creating Pod {namespace}/{name}",
+            lambda: kube.core.create_namespaced_pod(namespace, body),  # type: ignore[arg-type]
+        )
         return _as_dict(kube, created), True
     except ApiException as exc:
         if exc.status != 409:
             raise
-    existing = await read_pod(kube, namespace, body["metadata"]["name"])
+    existing = await read_pod(kube, namespace, name)
     return (existing or body), False
 
 
 async def delete_pod(kube: Kube, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
-    try:
+    def delete() -> Awaitable[object]:
         if grace_seconds is None:
-            await kube.core.delete_namespaced_pod(name, namespace)
-        else:
-            await kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+            return kube.core.delete_namespaced_pod(name, namespace)
+        return kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+
+    try:
+        await call(f"deleting Pod {namespace}/{name}", delete)
     except ApiException as exc:
         if exc.status != 404:
             raise

@@ -3,12 +3,19 @@
 The engine keeps the lease while this handler says the attempt is alive; this handler says
 so only while the Pod is Pending or Running. Its rules:
 
-* Before launching a Pod or writing a final status it calls ``ctx.confirm()``: a runner
-  that was frozen past its lease learns there that it was fenced off, and does nothing.
+* Before launching a Pod, deleting one or writing a final status it calls ``ctx.confirm()``:
+  a runner that was frozen past its lease learns there that it was fenced off, and does
+  nothing.
 * A later attempt first looks for the run's Pods: a live one is adopted (never a second
-  Pod), a finished one gives the run its outcome, a lost one is deleted and replaced.
-* Pod Succeeded → run Succeeded; Failed (exit code ≠ 0, deadline) → run Failed, no retry;
-  lost (deleted, evicted, node lost) → attempt Interrupted, the next attempt relaunches.
+  Pod), a finished one gives the run its outcome, a lost one is deleted and replaced. A Pod
+  that is being deleted, or whose node stopped reporting, may still run: it is followed
+  until it is gone, and nothing is launched beside it.
+* The outcome comes from the Pod alone: Succeeded → run Succeeded; Failed (exit code ≠ 0,
+  deadline) → run Failed, no retry; lost (deleted, evicted) → attempt Interrupted, the next
+  attempt relaunches.
+* Anything else that ends this handler early (the API server or the store not answering,
+  being fenced) ends the attempt as interrupted, never as a success or a failure: the next
+  attempt picks up from the Pods, which are the record of what really ran.
 * On shutdown the Pod is left running and the run handed over; a backup adopts it.
 """
 
@@ -20,8 +27,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..engine import RunContext, RunFailed, RunInterrupted
+from ..engine.attempt import FENCED, REPLACED, SHUTDOWN, TIMEOUT
 from . import runs
-from .client import ApiException, Kube
+from .client import ApiException, Kube, transient
 from .events import EventPoster
 from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod
 from .podwatch import PodWatch, interest_in, wait_for_change
@@ -55,6 +63,20 @@ class PodRunner:
         self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
 
     async def __call__(self, ctx: RunContext) -> None:
+        try:
+            await self._attempt(ctx)
+        except (RunFailed, RunInterrupted):
+            raise
+        except Exception as exc:
+            # Only a Pod's outcome is the run's outcome. An API error that outlasted its retries
+            # (or a bug here) says nothing about the workload: the attempt is interrupted, and
+            # the next one adopts the Pod or takes the outcome it had.
+            why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+            if not transient(exc):
+                log.exception("attempt %d of %s@%s broke off", ctx.attempt, ctx.job, ctx.slot)
+            raise RunInterrupted(f"attempt {ctx.attempt} broke off: {why}") from exc
+
+    async def _attempt(self, ctx: RunContext) -> None:
         spec = self.spec()
         if ctx.cause is not None:
             trigger = str(ctx.cause)
@@ -66,8 +88,6 @@ class PodRunner:
         for old in ctx.replaced:
             await self._replace(spec, old.slot, ctx.slot)
         view = await self._adopt_or_launch(ctx, spec, name, run_uid)
-        if view is None:
-            return  # fenced before launching: touch nothing
         await self._changed(spec)
         try:
             await self._follow(ctx, spec, name, view)
@@ -82,59 +102,59 @@ class PodRunner:
             except Exception as exc:
                 log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
 
-    async def _adopt_or_launch(self, ctx: RunContext, spec: JobSpec, name: str, run_uid: str) -> PodView | None:
+    async def _adopt_or_launch(self, ctx: RunContext, spec: JobSpec, name: str, run_uid: str) -> PodView:
         existing = [fate_of(p) for p in await pods_of_run(self.kube, spec.namespace, name)]
         keep = next((v for v in reversed(existing) if v.fate is not PodFate.LOST), None)
         if keep is not None:
-            if not await ctx.confirm():
-                return None
-            if not await runs.update_status(
-                self.kube,
-                spec.namespace,
-                name,
-                ctx.attempt,
-                lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=keep.name),
-            ):
-                return None  # a later attempt owns the run (or it is gone): fenced
+            await _confirm(ctx)
+            await self._start_attempt(ctx, spec, name, keep.name)
             await self.events.about(
                 spec,
                 reason="Adopted",
                 message=f"run {name} attempt {ctx.attempt} on {ctx.instance} adopted Pod {keep.name} ({keep.message})",
             )
             return keep
-        if not await ctx.confirm():
-            return None
+        await _confirm(ctx)
         for lost in existing:
-            # A Pod on a lost node may still run: make sure it is gone before its successor starts.
+            # Lost Pods are terminal (evicted, their node shut down): nothing of them runs.
             await delete_pod(self.kube, spec.namespace, lost.name, grace_seconds=0)
         pod = pod_name(name, ctx.attempt)
-        if not await runs.update_status(
-            self.kube,
-            spec.namespace,
-            name,
-            ctx.attempt,
-            lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod),
-        ):
-            return None  # a later attempt owns the run (or it is gone): launch nothing
+        await self._start_attempt(ctx, spec, name, pod)
         body = build_pod(
             spec, run=name, pod=pod, slot=ctx.slot, attempt=ctx.attempt, instance=ctx.instance, run_uid=run_uid or None
         )
         created, new = await create_pod(self.kube, body)
-        if new and not await ctx.confirm():
+        # The Pod bears this attempt's name, so an AlreadyExists is our own create whose reply
+        # was lost: either way, check that we still hold the run now that the Pod exists.
+        if not await ctx.confirm():
             # Frozen between the checks above and the create, past the lease: a backup may
             # have launched the next attempt's Pod meanwhile. Ours must not run beside it.
             log.warning("%s attempt %d was fenced while launching: deleting its Pod %s", name, ctx.attempt, pod)
             await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
-            return None
+            raise _fenced(ctx)
         if new and self.on_launch is not None:
             self.on_launch(ctx)
         await self.events.about(
             spec,
-            reason="Launched" if new else "Adopted",
-            message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}"
-            + ("" if new else " already existed and was adopted"),
+            reason="Launched",
+            message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}",
         )
         return fate_of(created)
+
+    async def _start_attempt(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
+        await self._write(
+            ctx,
+            spec,
+            name,
+            lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod),
+        )
+
+    async def _write(
+        self, ctx: RunContext, spec: JobSpec, name: str, change: Callable[[runs.Status], runs.Status]
+    ) -> None:
+        """Write the run's status for this attempt; a refusal ends the attempt (a later one owns the run)."""
+        if not await runs.update_status(self.kube, spec.namespace, name, ctx.attempt, change):
+            raise RunInterrupted(f"attempt {ctx.attempt}: the run {name} is owned by a later attempt, or gone")
 
     async def _follow(self, ctx: RunContext, spec: JobSpec, name: str, view: PodView) -> None:
         pod = view.name
@@ -149,7 +169,8 @@ class PodRunner:
                     log.warning("reading Pod %s/%s failed: %s", spec.namespace, pod, exc.reason)
                     await self._wait(ctx, None)
                     continue
-                if view.fate is PodFate.LIVE:
+                if view.fate in (PodFate.LIVE, PodFate.LINGERING):
+                    # A lingering Pod may still run: the lease is kept, so nobody launches beside it.
                     ctx.set_alive(True)
                     await self._wait(ctx, changed)
                     continue
@@ -179,22 +200,27 @@ class PodRunner:
             raise RunInterrupted(f"Pod {pod}: {view.message}")
 
     async def _stopped(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
-        if ctx.stop_reason == "shutdown":
+        if ctx.stop_reason == SHUTDOWN:
             raise RunInterrupted(f"{ctx.instance} stopping: Pod {pod} left running for a backup to adopt")
-        if ctx.stop_reason == "timeout":
+        if ctx.stop_reason == TIMEOUT:
+            # Confirm before the delete: a runner that froze past its lease and wakes to its
+            # timeout must not delete the Pod a backup has adopted meanwhile.
+            await _confirm(ctx)
             await delete_pod(self.kube, spec.namespace, pod)
             await self._end(ctx, spec, name, "Failed", "timed out", final=True)
             return
+        if ctx.stop_reason == REPLACED:
+            await self._replaced(spec, name, [pod], "replaced by a newer run (overlap Replace)")
+            raise RunInterrupted(f"replaced: Pod {pod} deleted")
         log.warning("%s attempt %d fenced (%s): leaving Pod %s alone", name, ctx.attempt, ctx.stop_reason, pod)
+        raise _fenced(ctx)
 
     async def _end(self, ctx: RunContext, spec: JobSpec, name: str, outcome: str, message: str, *, final: bool) -> None:
-        if not await ctx.confirm():
-            return
-        await runs.update_status(
-            self.kube,
-            spec.namespace,
+        await _confirm(ctx)
+        await self._write(
+            ctx,
+            spec,
             name,
-            ctx.attempt,
             lambda s: runs.end_attempt(s, attempt=ctx.attempt, outcome=outcome, message=message, final=final),
         )
 
@@ -202,16 +228,46 @@ class PodRunner:
         await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=self.poll_s, resync_s=self.resync_s)
 
     async def _replace(self, spec: JobSpec, old_slot: int, new_slot: int) -> None:
-        """Overlap Replace: the older run's Pods go, its object says why."""
+        """Overlap Replace, by the new run's winner: the older run's Pods go, its object says why.
+
+        The older run's own runner does the same when the store tells it it was replaced, so
+        neither dying half-way leaves the old Pod running. Best effort here: the new run
+        does not fail because the old one could not be cleaned up.
+        """
         old = run_name(spec.name, old_slot)
-        for pod in await pods_of_run(self.kube, spec.namespace, old):
-            await delete_pod(self.kube, spec.namespace, pod["metadata"]["name"])
         message = f"replaced by the run of {run_name(spec.name, new_slot)}"
+        try:
+            pods = [p["metadata"]["name"] for p in await pods_of_run(self.kube, spec.namespace, old)]
+            await self._replaced(spec, old, pods, message)
+        except Exception as exc:
+            log.warning("cleaning up %s, replaced by %s, failed: %s", old, run_name(spec.name, new_slot), exc)
+            return
+        await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
+
+    async def _replaced(self, spec: JobSpec, name: str, pods: list[str], message: str) -> None:
+        """The run was replaced (final in the store): its Pods go, its object says Interrupted."""
+        for pod in pods:
+            await delete_pod(self.kube, spec.namespace, pod)
         await runs.update_status(
             self.kube,
             spec.namespace,
-            old,
-            10**6,
-            lambda s: {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()},
+            name,
+            10**6,  # whatever attempt wrote last: the store has already ended the run
+            lambda s: (
+                None
+                if s.get("finishTime")
+                else {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()}
+            ),
         )
-        await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
+
+
+async def _confirm(ctx: RunContext) -> None:
+    """Go on only while this attempt holds the run (a heartbeat that must succeed)."""
+    if not await ctx.confirm():
+        raise _fenced(ctx)
+
+
+def _fenced(ctx: RunContext) -> RunInterrupted:
+    # The engine writes nothing for a fenced attempt; raising (not returning) keeps a fenced
+    # handler from ever looking like a success.
+    return RunInterrupted(f"attempt {ctx.attempt} fenced ({ctx.stop_reason or FENCED}): another attempt holds the run")

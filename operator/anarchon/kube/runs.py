@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import API_VERSION, GROUP, RUNS, VERSION, ApiException, Kube
+from .client import API_VERSION, GROUP, RUNS, VERSION, ApiException, Kube, call
 from .spec import LABEL_JOB, LABEL_SLOT, JobSpec, run_name, slot_time
 
 Status = dict[str, Any]
@@ -48,24 +48,45 @@ def run_body(spec: JobSpec, job_uid: str, slot: int, trigger: str) -> dict[str, 
 
 
 async def ensure_run(kube: Kube, spec: JobSpec, slot: int, trigger: str) -> dict[str, Any]:
-    """Create the run's object, or return the existing one (every replica may try)."""
+    """Create the run's object, or return the existing one (every replica may try).
+
+    Safe to retry: a create whose reply was lost is found again by the 409 of the next try.
+    """
     body = run_body(spec, spec.uid, slot, trigger)
+    name = body["metadata"]["name"]
     try:
-        created = await kube.custom.create_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, body)
+        created = await call(
+            f"creating run {name}",
+            lambda: kube.custom.create_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, body),
+        )
         return dict(created)
     except ApiException as exc:
         if exc.status != 409:
             raise
     return dict(
-        await kube.custom.get_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, body["metadata"]["name"])
+        await call(
+            f"reading run {name}",
+            lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, name),
+        )
     )
+
+
+class _Conflict(Exception):
+    """The object changed between our read and our write: read it again."""
 
 
 async def update_status(
     kube: Kube, namespace: str, name: str, attempt: int, change: Callable[[Status], Status | None]
 ) -> bool:
-    """Apply ``change`` to the run's status unless a later attempt owns it; True if written."""
-    for _ in range(10):
+    """Apply ``change`` to the run's status unless a later attempt owns it; True if written.
+
+    False means a later attempt owns the run, or its object is gone: the caller's attempt is
+    over. Conflicts and transient errors are retried (a re-read each time), so a write whose
+    reply was lost is simply applied again to what the server now has: ``change`` must be
+    idempotent.
+    """
+
+    async def read_modify_write() -> bool:
         try:
             body = dict(await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name))
         except ApiException as exc:
@@ -81,11 +102,13 @@ async def update_status(
         body["status"] = new
         try:
             await kube.custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, RUNS, name, body)
-            return True
         except ApiException as exc:
-            if exc.status != 409:
-                raise
-    return False
+            if exc.status == 409:
+                raise _Conflict() from exc
+            raise
+        return True
+
+    return await call(f"status of run {namespace}/{name}", read_modify_write, also=_Conflict)
 
 
 def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> Status:
@@ -144,8 +167,11 @@ async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trig
 
 
 async def list_runs(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:
-    listing = await kube.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, RUNS, label_selector=f"{LABEL_JOB}={job}"
+    listing = await call(
+        f"listing runs of {namespace}/{job}",
+        lambda: kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, RUNS, label_selector=f"{LABEL_JOB}={job}"
+        ),
     )
     items = list(listing.get("items") or [])
     items.sort(key=lambda r: int((r.get("spec") or {}).get("slot") or 0))
@@ -154,8 +180,11 @@ async def list_runs(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]
 
 async def delete_run(kube: Kube, namespace: str, name: str) -> None:
     try:
-        await kube.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, namespace, RUNS, name, propagation_policy="Background"
+        await call(
+            f"deleting run {namespace}/{name}",
+            lambda: kube.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, RUNS, name, propagation_policy="Background"
+            ),
         )
     except ApiException as exc:
         if exc.status != 404:

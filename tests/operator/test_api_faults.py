@@ -1,0 +1,115 @@
+"""PodRunner with the API server failing under it: 500s, 503s, lost replies, an outage.
+
+The runner talks to the real API server through tests/faults/apiproxy.py, which fails the
+requests a test aims at. The lease is scripted as in test_runner_fencing.py. Whatever the
+API server does, the run's recorded outcome is what its Pod did: a transient error is
+retried; one that outlasts the retries interrupts the attempt (the next one adopts the Pod),
+and never fails or succeeds the run by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from anarchon.engine import RunInterrupted
+from anarchon.kube import client as kube_client
+from anarchon.kube.client import Kube, connect
+from anarchon.kube.events import EventPoster
+from anarchon.kube.runner import PodRunner
+from anarchon.kube.spec import JobSpec, parse_job, run_name
+from tests.faults.apiproxy import ApiFaultProxy, Fault
+
+from .conftest import Cluster, job_manifest
+from .test_runner_fencing import SLOT, attempt
+
+YES = [True] * 100  # the lease holds throughout
+
+
+@pytest.fixture
+def spec(cluster: Cluster) -> Iterator[JobSpec]:
+    cluster.apply(job_manifest("api-faults", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "2"}))
+    yield parse_job(cluster.get("anarchonjob", "api-faults"))
+
+
+@pytest.fixture
+def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
+    with ApiFaultProxy(control_plane) as p:
+        yield p
+
+
+@pytest.fixture
+async def through_proxy(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
+    k = await connect(str(proxy.kubeconfig))
+    yield k
+    await k.close()
+
+
+def _run(cluster: Cluster, spec: JobSpec) -> dict[str, Any]:
+    return dict(cluster.get("anarchonrun", run_name(spec.name, SLOT)) or {})
+
+
+def _pods(cluster: Cluster, spec: JobSpec) -> list[str]:
+    return [p["metadata"]["name"] for p in cluster.pods(f"anarchon.io/run={run_name(spec.name, SLOT)}")]
+
+
+async def _attempt(kube: Kube, spec: JobSpec) -> None:
+    await asyncio.wait_for(PodRunner(kube, EventPoster(kube), lambda: spec)(attempt(1, *YES)), 60)
+
+
+RUN_STATUS = {"resource": "anarchonruns", "subresource": "status"}
+TRANSIENT = {
+    "500 on the run's create": Fault("status", code=500, verb="create", resource="anarchonruns", times=1),
+    "run created, reply lost": Fault("lost_reply", verb="create", resource="anarchonruns", times=1),
+    "429 on the Pod listing": Fault("status", code=429, verb="list", resource="pods", times=2),
+    "503 on the Pod's create": Fault("status", code=503, verb="create", resource="pods", times=2),
+    "Pod created, reply lost": Fault("lost_reply", verb="create", resource="pods", times=1),
+    "reset on a status write": Fault("reset", verb="update", times=1, **RUN_STATUS),
+    "status written, reply lost": Fault("lost_reply", verb="update", times=2, **RUN_STATUS),
+}
+
+
+@pytest.mark.parametrize("what", list(TRANSIENT))
+async def test_a_transient_api_fault_is_retried_and_the_run_ends_as_its_pod_did(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, what: str
+) -> None:
+    fault = proxy.add(dataclasses.replace(TRANSIENT[what]))  # a fresh copy: it counts its hits
+    await _attempt(through_proxy, spec)
+    assert fault.fired == fault.times, f"the fault ({what}) must have hit"
+    status = _run(cluster, spec)["status"]
+    assert status["phase"] == "Succeeded", status
+    assert _pods(cluster, spec) == [f"{run_name(spec.name, SLOT)}-a1"], "one Pod, whatever was retried"
+
+
+async def test_a_500_on_the_final_status_write_never_fails_a_succeeded_run(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube
+) -> None:
+    """The Pod succeeded; the write that says so meets 500s. Before, the run was recorded Failed."""
+    task = asyncio.create_task(_attempt(through_proxy, spec))
+    await asyncio.to_thread(cluster.wait, lambda: _pods(cluster, spec), 30, "the Pod")
+    fault = proxy.add(Fault("status", code=500, verb="update", times=3, **RUN_STATUS))
+    await task
+    assert fault.fired == 3
+    assert _run(cluster, spec)["status"]["phase"] == "Succeeded"
+
+
+async def test_an_api_outage_past_the_retries_interrupts_the_attempt_and_leaves_the_pod(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status writes fail for longer than the retries: the attempt is interrupted, never Failed or Succeeded.
+
+    The next attempt adopts the Pod and records its outcome (test_operator's adoption tests).
+    """
+    monkeypatch.setattr(kube_client, "RETRY_FOR_MS", 1_500)
+    task = asyncio.create_task(_attempt(through_proxy, spec))
+    await asyncio.to_thread(cluster.wait, lambda: _pods(cluster, spec), 30, "the Pod")
+    fault = proxy.add(Fault("status", code=503, verb="update", **RUN_STATUS))
+    with pytest.raises(RunInterrupted, match="503"):
+        await task
+    assert fault.fired >= 2, "retried before giving up"
+    assert _run(cluster, spec)["status"]["phase"] == "Running", "nothing may be recorded from a failed write"
+    assert _pods(cluster, spec) == [f"{run_name(spec.name, SLOT)}-a1"], "the Pod is left for the next attempt"

@@ -1,0 +1,115 @@
+"""PodRunner under faults, against the real API server: only what a Pod did becomes the run's outcome.
+
+As in test_runner_fencing.py, the lease is scripted (what ``ctx.confirm()`` answers);
+everything else is real: the AnarchonJob, the AnarchonRun, the Pods (KWOK).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from anarchon.engine import RunContext, RunInterrupted
+from anarchon.kube.client import Kube
+from anarchon.kube.events import EventPoster
+from anarchon.kube.pods import pods_of_run
+from anarchon.kube.runner import PodRunner
+from anarchon.kube.spec import JobSpec, parse_job, run_name
+
+from .conftest import Cluster, job_manifest
+from .test_runner_fencing import SLOT, attempt
+
+
+@pytest.fixture
+def spec(cluster: Cluster) -> Iterator[JobSpec]:
+    cluster.apply(job_manifest("faulty", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "-1"}))
+    yield parse_job(cluster.get("anarchonjob", "faulty"))
+
+
+async def _pods(kube: Kube, spec: JobSpec) -> list[tuple[str, bool]]:
+    """(name, being deleted) of every Pod of the run."""
+    pods = await pods_of_run(kube, spec.namespace, run_name(spec.name, SLOT))
+    return [(p["metadata"]["name"], bool(p["metadata"].get("deletionTimestamp"))) for p in pods]
+
+
+async def _until(what: str, check: object, limit_s: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not await check():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def _running(kube: Kube, spec: JobSpec, ctx: RunContext) -> asyncio.Task[None]:
+    """Start attempt ``ctx`` and return once its Pod runs."""
+    task = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx))
+
+    async def started() -> bool:
+        if task.done():
+            task.result()
+        return bool(await _pods(kube, spec))
+
+    await _until("the Pod", started)
+    return task
+
+
+async def test_a_timeout_that_fires_after_a_freeze_leaves_the_adopted_pod_alone(kube: Kube, spec: JobSpec) -> None:
+    """Frozen past its lease, the runner wakes to its timeout: it must not delete the Pod a backup adopted.
+
+    Before, the timeout path deleted the Pod first and asked the store (confirm) after.
+    """
+    ctx = attempt(1, True, True)  # holds the lease for the launch; fenced by the time the timeout fires
+    task = await _running(kube, spec, ctx)
+    ctx.request_stop("timeout")
+    with pytest.raises(RunInterrupted, match="fenced"):
+        await asyncio.wait_for(task, 30)
+    assert await _pods(kube, spec) == [(f"{run_name(spec.name, SLOT)}-a1", False)]
+
+
+async def test_a_pod_being_deleted_is_followed_not_force_deleted_nor_launched_beside(kube: Kube, spec: JobSpec) -> None:
+    """A Pod that is being deleted may still run (grace period, a partitioned node): no second Pod meanwhile.
+
+    Before, a Pod with a deletionTimestamp counted as lost: the next attempt force-deleted it
+    (grace 0) and launched its own at once.
+    """
+    first = await _running(kube, spec, attempt(1, *([True] * 5)))
+    first.cancel()  # the runner dies; its Pod runs on
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    pod = f"{run_name(spec.name, SLOT)}-a1"
+    hold = {"metadata": {"finalizers": ["anarchon.test/hold"]}}
+    await kube.core.patch_namespaced_pod(pod, spec.namespace, hold)
+    await kube.core.delete_namespaced_pod(pod, spec.namespace)
+    try:
+        second = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(attempt(2, *([True] * 50))))
+        await asyncio.sleep(3)
+        assert not second.done(), "attempt 2 must follow the lingering Pod"
+        assert await _pods(kube, spec) == [(pod, True)], "nothing may be launched beside a Pod still terminating"
+    finally:
+        await kube.core.patch_namespaced_pod(pod, spec.namespace, {"metadata": {"finalizers": None}})
+    # Gone now: attempt 2 ends as interrupted, and the next attempt relaunches.
+    with pytest.raises(RunInterrupted, match="gone"):
+        await asyncio.wait_for(second, 30)
+
+
+async def test_a_runner_told_its_run_was_replaced_deletes_its_pod_and_ends_the_run(
+    kube: Kube, spec: JobSpec, cluster: Cluster
+) -> None:
+    """Overlap Replace: the old run's own runner cleans up too, should the new run's winner die first.
+
+    Before, the old runner took the refusal for a plain fence and left its Pod running, and
+    its AnarchonRun said Running for ever, if the winner did not get to it.
+    """
+    ctx = attempt(1, True, True)
+    task = await _running(kube, spec, ctx)
+    ctx.request_stop("replaced")  # what the engine says when the store shows the run replaced
+    with pytest.raises(RunInterrupted, match="replaced"):
+        await asyncio.wait_for(task, 30)
+    assert all(deleting for _, deleting in await _pods(kube, spec)), "the replaced run's Pod must go"
+    status = cluster.get("anarchonrun", run_name(spec.name, SLOT))["status"]
+    assert status["phase"] == "Interrupted" and status["finishTime"], status
+    assert "replaced" in status["message"]

@@ -1,0 +1,55 @@
+"""SIGTERM (rolling update, `kubectl delete pod`, `docker stop`): running runs are handed over at once.
+
+The replica stops claiming, releases the lease of each running attempt and leaves its Pod
+running; a backup adopts the Pod at its next check, well before the lease would have run
+out. The hand-over uses up no attempt: with maxAttempts 1 the run still succeeds.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from .conftest import Cluster, Replicas, job_manifest
+
+
+def test_sigterm_hands_the_running_run_over_without_using_an_attempt(
+    cluster: Cluster, replicas_factory, store: str
+) -> None:
+    replicas: Replicas = replicas_factory(store)
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    lease_s, heartbeat_s = 10, 1
+    cluster.apply(
+        job_manifest(
+            "rolling",
+            every="1h",
+            suspend=True,
+            maxAttempts=1,
+            heartbeat=f"{heartbeat_s}s",
+            lease=f"{lease_s}s",
+            annotations={"anarchon.test/run-seconds": "15"},
+        )
+    )
+    run = cluster.trigger_running("rolling")
+    runner = run["status"]["instance"]
+    signalled_at = time.monotonic()
+    replicas.kill(runner, signal.SIGTERM)
+    assert replicas.procs[runner].returncode == 0
+    taken = cluster.wait(
+        lambda: [r for r in cluster.runs("rolling") if (r.get("status") or {}).get("attempt", 0) >= 2],
+        timeout=60,
+        what="attempt 2 by the other replica",
+    )[0]
+    handed_over_s = time.monotonic() - signalled_at
+    # A backup checks every 1-2 heartbeats; without the hand-over it would wait for the lease.
+    assert handed_over_s < 2 * heartbeat_s + 3 < lease_s, f"hand-over took {handed_over_s:.1f}s"
+    assert taken["status"]["podName"] == run["status"]["podName"], "the running Pod must be adopted"
+    assert "handing running attempts over" in replicas.log(runner)
+    final = cluster.wait(
+        lambda: [r["status"] for r in cluster.runs("rolling") if (r.get("status") or {}).get("finishTime")],
+        timeout=60,
+        what="the run to end",
+    )[0]
+    assert final["phase"] == "Succeeded", final
+    assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1
