@@ -16,5 +16,11 @@ for _name, _fixture in (
     if importlib.util.find_spec(f"tests.servers.{_name}") is not None:
         globals()[_fixture] = getattr(importlib.import_module(f"tests.servers.{_name}"), _fixture)
 
+# TCP faults in front of the stores (tests/faults/toxiproxy.py): toxiproxy and the proxied servers.
+if importlib.util.find_spec("tests.faults.toxiproxy") is not None:
+    _faults = importlib.import_module("tests.faults.toxiproxy")
+    for _fixture in ("toxiproxy", "redis_behind_proxy", "proxied_postgres_server", "postgres_behind_proxy"):
+        globals()[_fixture] = getattr(_faults, _fixture)
+
 # The control plane (etcd, kube-apiserver, KWOK...) is one per session for every test dir.
 from tests.k8s.fixtures import control_plane, kube, namespace, pytest_terminal_summary  # noqa: E402, F401

@@ -38,6 +38,7 @@ if ! command -v go >/dev/null; then
   exit 2
 fi
 bash e2e/controlplane/build.sh
+bash e2e/controlplane/build-toxiproxy.sh  # TCP faults in front of the stores (tests/faults)
 
 say "lint and types"
 # A lint or type error fails the run, but only after the tests ran: both reports are useful.
