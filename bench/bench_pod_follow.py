@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO / "e2e" / "controlplane"))
 from controlplane import ControlPlane  # noqa: E402
 
 from anarchon.kube.client import Kube, connect  # noqa: E402
-from anarchon.kube.pods import MANAGED_BY, PodFate, fate_of, read_pod  # noqa: E402
+from anarchon.kube.constants import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
+from anarchon.kube.pods import PodFate, fate_of, read_pod  # noqa: E402
 from anarchon.kube.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
 from anarchon.kube.runner import PodRunner  # noqa: E402
 
@@ -51,7 +52,7 @@ def pod(name: str, seconds: int) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY},
             "annotations": {"anarchon.test/run-seconds": str(seconds)},
         },
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
@@ -74,7 +75,7 @@ async def follow(kube: Kube, ns: str, name: str, watch: PodWatch | None, reads: 
 async def ends_announced(kube: Kube, ns: str, names: set[str], ended: dict[str, float]) -> None:
     """The reference: when the API server's watch announced each Pod's end."""
     raw: Any = await kube.core.list_namespaced_pod(
-        ns, watch=True, label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}", _preload_content=False
+        ns, watch=True, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}", _preload_content=False
     )
     try:
         async for line in raw.content:

@@ -83,7 +83,8 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     Through the API (no kubectl needed, so it also works from the operator's image).
     """
     from .kube.client import ApiException, connect
-    from .kube.controller import TRIGGER_ANNOTATION, parse_trigger
+    from .kube.constants import ANNOTATION_TRIGGER
+    from .kube.triggers import parse_trigger
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if parse_trigger(at) is None:
@@ -94,7 +95,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     async def annotate() -> int:
         kube = await connect(args.kubeconfig)
         try:
-            await kube.annotate_job(namespace, args.job, {TRIGGER_ANNOTATION: at})
+            await kube.annotate_job(namespace, args.job, {ANNOTATION_TRIGGER: at})
         except ApiException as exc:
             what = f"no AnarchonJob {args.job!r} in namespace {namespace!r}" if exc.status == 404 else exc.reason
             print(f"anarchon trigger: {what} (HTTP {exc.status})", file=sys.stderr)

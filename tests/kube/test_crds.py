@@ -20,6 +20,7 @@ import pytest
 import yaml
 from controlplane import ControlPlane
 
+from anarchon.kube import constants as C
 from anarchon.kube import spec as S
 from anarchon.kube.spec import SpecError, parse_job
 from tests.k8s.fixtures import wait_for
@@ -100,13 +101,13 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
 
 def test_crd_names() -> None:
     for path, kind, plural, short in (
-        (JOB_CRD, S.JOB_KIND, S.JOB_PLURAL, "aj"),
-        (RUN_CRD, S.RUN_KIND, S.RUN_PLURAL, "ar"),
+        (JOB_CRD, C.JOB_KIND, C.JOBS, "aj"),
+        (RUN_CRD, C.RUN_KIND, C.RUNS, "ar"),
     ):
         crd = load(path)
-        assert crd["metadata"]["name"] == f"{plural}.{S.GROUP}"
-        assert crd["spec"]["group"] == S.GROUP
-        assert [v["name"] for v in crd["spec"]["versions"]] == [S.VERSION]
+        assert crd["metadata"]["name"] == f"{plural}.{C.GROUP}"
+        assert crd["spec"]["group"] == C.GROUP
+        assert [v["name"] for v in crd["spec"]["versions"]] == [C.VERSION]
         names = crd["spec"]["names"]
         assert (names["kind"], names["plural"], names["shortNames"], names["categories"]) == (
             kind,
@@ -123,7 +124,7 @@ EXAMPLES = sorted((CRD_DIR.parent / "examples").glob("*.yaml"))
 def test_examples_parse(path: Path) -> None:
     """What the docs show must be what the operator runs (the chart tests apply them to a cluster)."""
     for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc.get("kind") == S.JOB_KIND:
+        if doc and doc.get("kind") == C.JOB_KIND:
             doc["metadata"].setdefault("namespace", "default")
             parse_job(doc)
 
@@ -138,14 +139,14 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
         control_plane.kubectl(
             "apply", "--server-side", "--force-conflicts", "--field-manager=anarchon-tests", "-f", str(path)
         )
-    for name in (f"{S.JOB_PLURAL}.{S.GROUP}", f"{S.RUN_PLURAL}.{S.GROUP}"):
+    for name in (f"{C.JOBS}.{C.GROUP}", f"{C.RUNS}.{C.GROUP}"):
         control_plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
 
     # Discovery is refreshed asynchronously after Established.
     def served(resource: str) -> Callable[[], bool]:
         return lambda: control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
 
-    for resource in (S.JOB_PLURAL, S.RUN_PLURAL):
+    for resource in (C.JOBS, C.RUNS):
         wait_for(f"{resource} to be served", served(resource))
     return control_plane
 
@@ -153,8 +154,8 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
 def job(name: str = "sync", **spec: Any) -> dict[str, Any]:
     """A valid AnarchonJob (every 10s) with ``spec`` merged in; a None value removes the field."""
     body: dict[str, Any] = {
-        "apiVersion": S.API_VERSION,
-        "kind": S.JOB_KIND,
+        "apiVersion": C.API_VERSION,
+        "kind": C.JOB_KIND,
         "metadata": {"name": name},
         "spec": {
             "every": "10s",
@@ -454,10 +455,10 @@ def test_job_printer_columns(crds: ControlPlane, namespace: str) -> None:
         ],
     }
     crds.kubectl(
-        "patch", S.JOB_PLURAL, "every-job", "-n", namespace, "--subresource=status", "--type=merge",
+        "patch", C.JOBS, "every-job", "-n", namespace, "--subresource=status", "--type=merge",
         "-p", json.dumps({"status": status}),
     )  # fmt: skip
-    out = crds.kubectl("get", S.JOB_PLURAL, "-n", namespace).stdout
+    out = crds.kubectl("get", C.JOBS, "-n", namespace).stdout
     assert out.split("\n")[0].split() == ["NAME", "SCHEDULE", "SUSPEND", "ACTIVE", "READY", "LAST", "NEXT", "AGE"]
     rows = {r["NAME"]: r for r in table(out)}
     e, c = rows["every-job"], rows["cron-job"]
@@ -477,7 +478,7 @@ def test_job_status_rejects_a_bad_condition(crds: ControlPlane, namespace: str) 
     create(crds, namespace, job("cond"))
     bad = {"status": {"conditions": [{"type": "Ready", "status": "Yes", "reason": "X", "message": ""}]}}
     res = crds.kubectl(
-        "patch", S.JOB_PLURAL, "cond", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(bad),
+        "patch", C.JOBS, "cond", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(bad),
         check=False,
     )  # fmt: skip
     assert res.returncode != 0
@@ -486,16 +487,16 @@ def test_job_status_rejects_a_bad_condition(crds: ControlPlane, namespace: str) 
 
 def run(name: str, slot: int, job_name: str = "sync") -> dict[str, Any]:
     return {
-        "apiVersion": S.API_VERSION,
-        "kind": S.RUN_KIND,
-        "metadata": {"name": name, "labels": {S.LABEL_JOB: job_name, S.LABEL_SLOT: str(slot)}},
+        "apiVersion": C.API_VERSION,
+        "kind": C.RUN_KIND,
+        "metadata": {"name": name, "labels": {C.LABEL_JOB: job_name, C.LABEL_SLOT: str(slot)}},
         "spec": {"job": job_name, "slot": slot, "slotTime": S.slot_time(slot)},
     }
 
 
 def patch_run_status(cp: ControlPlane, namespace: str, name: str, status: dict[str, Any], *, check: bool = True) -> Any:
     return cp.kubectl(
-        "patch", S.RUN_PLURAL, name, "-n", namespace, "--subresource=status", "--type=merge",
+        "patch", C.RUNS, name, "-n", namespace, "--subresource=status", "--type=merge",
         "-p", json.dumps({"status": status}), check=check,
     )  # fmt: skip
 
@@ -541,7 +542,7 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
     create(crds, namespace, run(skipped, slot + 10_000))
     patch_run_status(crds, namespace, skipped, {"phase": "Skipped", "attempt": 0, "message": "sync-1791633610 active"})
 
-    out = crds.kubectl("get", S.RUN_PLURAL, "-n", namespace).stdout
+    out = crds.kubectl("get", C.RUNS, "-n", namespace).stdout
     assert out.split("\n")[0].split() == ["NAME", "JOB", "SLOT", "PHASE", "ATTEMPT", "INSTANCE", "POD", "AGE"]
     rows = {r["NAME"]: r for r in table(out)}
     r = rows[name]
@@ -567,7 +568,7 @@ def test_run_spec_is_immutable_and_status_enums_hold(crds: ControlPlane, namespa
     name = S.run_name("sync", slot)
     create(crds, namespace, run(name, slot))
     res = crds.kubectl(
-        "patch", S.RUN_PLURAL, name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": {"slot": slot + 1}}),
+        "patch", C.RUNS, name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": {"slot": slot + 1}}),
         check=False,
     )  # fmt: skip
     assert res.returncode != 0 and "spec is immutable" in res.stderr, res.stderr

@@ -17,13 +17,20 @@ import pytest
 
 from anarchon.engine.model import CatchUp, Overlap
 from anarchon.engine.schedule import Cron, Every
-from anarchon.kube.spec import (
+from anarchon.kube.constants import (
+    ANNOTATION_INSTANCE,
     ANNOTATION_SCHEDULED_AT,
-    CRD_DEFAULTS,
+    ANNOTATION_TRIGGER,
+    ANNOTATION_TRIGGER_HANDLED,
     LABEL_ATTEMPT,
     LABEL_JOB,
+    LABEL_MANAGED_BY,
     LABEL_RUN,
     LABEL_SLOT,
+    MANAGED_BY,
+)
+from anarchon.kube.spec import (
+    CRD_DEFAULTS,
     JobSpec,
     SpecError,
     parse_job,
@@ -390,6 +397,12 @@ def test_label_keys() -> None:
         "anarchon.io/attempt",
     )
     assert ANNOTATION_SCHEDULED_AT == "anarchon.io/scheduled-at"
+    assert (LABEL_MANAGED_BY, MANAGED_BY) == ("app.kubernetes.io/managed-by", "anarchon")
+    assert (ANNOTATION_INSTANCE, ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED) == (
+        "anarchon.io/instance",
+        "anarchon.io/trigger",
+        "anarchon.io/trigger-handled",
+    )
 
 
 @pytest.mark.parametrize(

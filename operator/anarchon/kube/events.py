@@ -12,7 +12,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import API_VERSION, Kube
+from .client import Kube
+from .constants import API_VERSION, JOB_KIND
 from .spec import JobSpec
 
 log = logging.getLogger("anarchon.kube.events")
@@ -39,7 +40,7 @@ class EventPoster:
         reason: str,
         message: str,
         warning: bool = False,
-        kind: str = "AnarchonJob",
+        kind: str = JOB_KIND,
     ) -> None:
         now = datetime.now(UTC)
         body: dict[str, Any] = {

@@ -17,12 +17,14 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from ..engine import Scheduler
+from ..engine import Scheduler, default_instance_id
 from ..engine.backends import from_url
-from .client import GROUP, JOBS, VERSION, Kube, connect
-from .controller import JobController, OperatorListener
+from .client import Kube, connect
+from .constants import GROUP, JOBS, VERSION
+from .controller import JobController
 from .events import EventPoster
 from .health import HealthServer
+from .listener import OperatorListener
 from .metrics import Metrics
 from .podwatch import PodWatch
 
@@ -108,13 +110,15 @@ async def run_operator(cfg: OperatorConfig) -> None:
     metrics = Metrics()
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, registry=metrics.registry)
-    controller_ref: list[JobController] = []
-    scheduler = Scheduler(backend, instance_id=cfg.instance_id, listener=OperatorListener(metrics, controller_ref))
+    instance_id = cfg.instance_id or default_instance_id()  # the Scheduler's own default
     events = EventPoster(kube, instance=cfg.instance_id)
+    listener = OperatorListener(metrics, kube, events, instance_id=instance_id)
+    scheduler = Scheduler(backend, instance_id=instance_id, listener=listener)
     pod_watch = PodWatch(kube, cfg.namespaces)
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     controller = JobController(kube, scheduler, events, metrics, pod_watch)
-    controller_ref.append(controller)
+    # Before any job is added: jobs come only from kopf's watch events, which start below.
+    listener.bind(controller.specs.get, controller.status.refresh)
     health = None
     if cfg.health_port:
         health = HealthServer(

@@ -13,18 +13,19 @@ from enum import StrEnum
 from typing import Any
 
 from .client import ApiException, Kube, call
-from .spec import (
+from .constants import (
+    ANNOTATION_INSTANCE,
     ANNOTATION_SCHEDULED_AT,
+    API_VERSION,
     LABEL_ATTEMPT,
     LABEL_JOB,
+    LABEL_MANAGED_BY,
     LABEL_RUN,
     LABEL_SLOT,
-    JobSpec,
-    slot_time,
+    MANAGED_BY,
+    RUN_KIND,
 )
-
-#: The app.kubernetes.io/managed-by label of every Pod we launch; PodWatch selects by it.
-MANAGED_BY = "anarchon"
+from .spec import JobSpec, slot_time
 
 #: Failure reasons that say the Pod was lost rather than that its work failed.
 LOST_REASONS = frozenset({"Evicted", "NodeLost", "Preempting", "Shutdown", "Terminated", "NodeShutdown"})
@@ -95,18 +96,18 @@ def build_pod(
             LABEL_RUN: run,
             LABEL_SLOT: str(slot),
             LABEL_ATTEMPT: str(attempt),
-            "app.kubernetes.io/managed-by": MANAGED_BY,
+            LABEL_MANAGED_BY: MANAGED_BY,
         }
     )
     annotations = dict(meta.get("annotations") or {})
     annotations[ANNOTATION_SCHEDULED_AT] = slot_time(slot)
-    annotations["anarchon.io/instance"] = instance
+    annotations[ANNOTATION_INSTANCE] = instance
     body_meta: dict[str, Any] = {"name": pod, "namespace": spec.namespace, "labels": labels, "annotations": annotations}
     if run_uid:
         body_meta["ownerReferences"] = [
             {
-                "apiVersion": "anarchon.io/v1alpha1",
-                "kind": "AnarchonRun",
+                "apiVersion": API_VERSION,
+                "kind": RUN_KIND,
                 "name": run,
                 "uid": run_uid,
                 "controller": True,

@@ -23,7 +23,7 @@ from typing import Any, cast
 import aiohttp
 
 from .client import ApiException, Kube
-from .pods import MANAGED_BY
+from .constants import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger("anarchon.kube.podwatch")
 
@@ -38,7 +38,7 @@ class PodWatch:
         kube: Kube,
         namespaces: Sequence[str] = (),
         *,
-        selector: str = f"app.kubernetes.io/managed-by={MANAGED_BY}",
+        selector: str = f"{LABEL_MANAGED_BY}={MANAGED_BY}",
         server_timeout_s: int = 300,
     ) -> None:
         self.kube = kube

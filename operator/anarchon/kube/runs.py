@@ -13,8 +13,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import API_VERSION, GROUP, RUNS, VERSION, ApiException, Kube, call
-from .spec import LABEL_JOB, LABEL_SLOT, JobSpec, run_name, slot_time
+from .client import ApiException, Kube, call
+from .constants import (
+    API_VERSION,
+    GROUP,
+    JOB_KIND,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_SLOT,
+    MANAGED_BY,
+    RUN_KIND,
+    RUNS,
+    VERSION,
+)
+from .spec import JobSpec, run_name, slot_time
 
 Status = dict[str, Any]
 
@@ -27,15 +39,15 @@ def run_body(spec: JobSpec, job_uid: str, slot: int, trigger: str) -> dict[str, 
     name = run_name(spec.name, slot)
     return {
         "apiVersion": API_VERSION,
-        "kind": "AnarchonRun",
+        "kind": RUN_KIND,
         "metadata": {
             "name": name,
             "namespace": spec.namespace,
-            "labels": {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), "app.kubernetes.io/managed-by": "anarchon"},
+            "labels": {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), LABEL_MANAGED_BY: MANAGED_BY},
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
-                    "kind": "AnarchonJob",
+                    "kind": JOB_KIND,
                     "name": spec.name,
                     "uid": job_uid,
                     "controller": True,

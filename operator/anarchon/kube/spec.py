@@ -28,23 +28,7 @@ from anarchon.engine.errors import ScheduleError
 from anarchon.engine.job import JobOptions
 from anarchon.engine.model import CatchUp, Overlap
 from anarchon.engine.schedule import Cron, Schedule, cron, every
-
-GROUP: Final = "anarchon.io"
-VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
-JOB_KIND: Final = "AnarchonJob"
-JOB_PLURAL: Final = "anarchonjobs"
-RUN_KIND: Final = "AnarchonRun"
-RUN_PLURAL: Final = "anarchonruns"
-
-#: Labels the operator puts on AnarchonRuns and Pods; users may not set labels under this prefix.
-LABEL_PREFIX: Final = f"{GROUP}/"
-LABEL_JOB: Final = "anarchon.io/job"
-LABEL_RUN: Final = "anarchon.io/run"
-LABEL_SLOT: Final = "anarchon.io/slot"
-LABEL_ATTEMPT: Final = "anarchon.io/attempt"
-#: The slot as RFC3339 UTC (see :func:`slot_time`), on Runs and Pods, for people and for the workload.
-ANNOTATION_SCHEDULED_AT: Final = "anarchon.io/scheduled-at"
+from anarchon.kube.constants import LABEL_PREFIX
 
 #: Longest AnarchonJob name. Pod names are ``<job>-<slot>-a<attempt>``: 40 + 1 + 13 digits (a
 #: slot in ms) + 4 (``-a10``) = 58, within the 63 characters of a DNS label (Pod hostnames).
@@ -438,6 +422,11 @@ def pod_name(run_name: str, attempt: int) -> str:
     if attempt < 1:
         raise ValueError(f"attempt must be at least 1, got {attempt}")
     return f"{run_name}-a{attempt}"
+
+
+def engine_key(namespace: str, name: str, uid: str) -> str:
+    """The job's name in the store: a re-created object is a new job with its own history."""
+    return f"{namespace}/{name}#{uid[:8]}"
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

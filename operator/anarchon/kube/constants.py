@@ -1,0 +1,50 @@
+"""Every name the operator shares with the API server and with people: API group, kinds, labels, annotations.
+
+Pure constants (no imports beyond typing), so that any module, :mod:`.spec` included, can take
+them without pulling in a client. The CRDs (``crds/``) and the chart spell the same names; a
+test checks the CRDs against these.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- the API ---------------------------------------------------------------------------------------
+
+GROUP: Final = "anarchon.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+JOB_KIND: Final = "AnarchonJob"
+#: The plural of AnarchonJob: the resource name in API paths.
+JOBS: Final = "anarchonjobs"
+RUN_KIND: Final = "AnarchonRun"
+#: The plural of AnarchonRun: the resource name in API paths.
+RUNS: Final = "anarchonruns"
+#: The content type of a JSON merge patch (RFC 7386), for the client's patch calls.
+MERGE: Final = "application/merge-patch+json"
+
+# -- labels ----------------------------------------------------------------------------------------
+
+#: Labels the operator puts on AnarchonRuns and Pods; users may not set labels under this prefix.
+LABEL_PREFIX: Final = f"{GROUP}/"
+LABEL_JOB: Final = f"{LABEL_PREFIX}job"
+LABEL_RUN: Final = f"{LABEL_PREFIX}run"
+LABEL_SLOT: Final = f"{LABEL_PREFIX}slot"
+LABEL_ATTEMPT: Final = f"{LABEL_PREFIX}attempt"
+#: On every AnarchonRun and Pod the operator creates, with the value :data:`MANAGED_BY`;
+#: the Pod watch selects by it.
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "anarchon"
+
+# -- annotations -----------------------------------------------------------------------------------
+
+#: The slot as RFC3339 UTC (see :func:`.spec.slot_time`), on Runs and Pods, for people and for the workload.
+ANNOTATION_SCHEDULED_AT: Final = f"{GROUP}/scheduled-at"
+#: On a Pod: the instance (operator replica) whose attempt launched it.
+ANNOTATION_INSTANCE: Final = f"{GROUP}/instance"
+#: On an AnarchonJob: a manual run is asked for, at the slot it names (see :mod:`.triggers`).
+ANNOTATION_TRIGGER: Final = f"{GROUP}/trigger"
+#: On an AnarchonJob: the trigger value already handled. Kept on the object, not only in memory:
+#: a replica that starts later must not run an old trigger again once its run has left the
+#: store's history.
+ANNOTATION_TRIGGER_HANDLED: Final = f"{GROUP}/trigger-handled"

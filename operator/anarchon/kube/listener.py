@@ -1,0 +1,107 @@
+"""What the engine reports, turned into metrics, Kubernetes Events and AnarchonRuns.
+
+The engine calls its listener's hooks synchronously from its job loops: a hook must not
+block, so every API write it causes runs as a background task whose failure is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from ..engine import Cause, Run
+from . import runs
+from .client import Kube
+from .events import EventPoster
+from .metrics import Metrics, MetricsListener
+from .spec import JobSpec, run_name, slot_time
+
+log = logging.getLogger("anarchon.kube.listener")
+
+
+class OperatorListener(MetricsListener):
+    """Metrics plus Kubernetes Events and Skipped runs for what the engine reports."""
+
+    def __init__(self, metrics: Metrics, kube: Kube, events: EventPoster, *, instance_id: str) -> None:
+        super().__init__(metrics)
+        self.kube = kube
+        self.events = events
+        self.instance_id = instance_id
+        self._specs: Callable[[str], JobSpec | None] | None = None
+        self._refresh_status: Callable[[JobSpec], Awaitable[None]] | None = None
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def bind(
+        self, specs: Callable[[str], JobSpec | None], refresh_status: Callable[[JobSpec], Awaitable[None]]
+    ) -> None:
+        """Give the listener the jobs' specs (by engine key) and their status refresh; once.
+
+        Both come from the controller, which needs the Scheduler, which needs this listener:
+        so they are bound after all three exist, before the first job is added (the Scheduler
+        hands its listener to each job's loop as the job is added). Until then the listener
+        only counts: without a job, nothing reports about a job.
+        """
+        if self._specs is not None:
+            raise RuntimeError("OperatorListener is bound already")
+        self._specs = specs
+        self._refresh_status = refresh_status
+
+    def _spec(self, job: str) -> JobSpec | None:
+        return None if self._specs is None else self._specs(job)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background (listener hooks must not block); a failure is logged."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._spawned_done)
+
+    def _spawned_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("background write failed: %s: %s", type(exc).__name__, exc)
+
+    def _event(self, job: str, reason: str, message: Callable[[JobSpec], str], *, warning: bool = False) -> None:
+        """Post an Event on the job in the background: listener hooks must not block."""
+        spec = self._spec(job)
+        if spec is not None:
+            self.spawn(self.events.about(spec, reason, message(spec), warning=warning))
+
+    def skipped(self, job: str, slot: int, reason: str, cause: Cause = Cause.SCHEDULE) -> None:
+        super().skipped(job, slot, reason, cause)
+        spec = self._spec(job)
+        if spec is not None:
+            self.spawn(runs.record_skipped(self.kube, spec, slot, reason, str(cause)))
+        self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
+
+    def missed(self, job: str, slot: int, reason: str) -> None:
+        super().missed(job, slot, reason)
+        self._event(job, "Missed", lambda _: f"slot {slot_time(slot)}: {reason}", warning=True)
+
+    def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
+        super().took_over(job, slot, attempt, previous_instance)
+        me = self.instance_id
+        self._event(
+            job,
+            "TakeOver",
+            lambda spec: (
+                f"run {run_name(spec.name, slot)}: attempt {attempt} taken over by {me} from {previous_instance}"
+            ),
+            warning=True,
+        )
+
+    def run_interrupted_final(self, run: Run) -> None:
+        super().run_interrupted_final(run)
+        message = run.error or f"interrupted after attempt {run.attempt}"
+        spec = self._spec(run.job)
+        if spec is not None:
+            self.spawn(self._given_up(spec, run.slot, run.attempt, message))
+        self._event(
+            run.job, "RunInterrupted", lambda spec: f"run {run_name(spec.name, run.slot)}: {message}", warning=True
+        )
+
+    async def _given_up(self, spec: JobSpec, slot: int, attempt: int, message: str) -> None:
+        await runs.record_given_up(self.kube, spec, slot, attempt, message)
+        if self._refresh_status is not None:
+            await self._refresh_status(spec)

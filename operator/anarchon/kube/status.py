@@ -1,0 +1,172 @@
+"""An AnarchonJob's status: its conditions, its runs at a glance, and the history limits.
+
+Every replica writes it, for every job. Writes that every replica would make alike
+(conditions, next schedule time) are made only when the stored value differs, so replicas
+converge instead of churning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ..engine import LeaseBackend, Scheduler
+from . import runs
+from .client import Kube
+from .events import EventPoster
+from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
+
+log = logging.getLogger("anarchon.kube.status")
+
+
+def _condition(ctype: str, status: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message[:2000],
+        "observedGeneration": generation,
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
+    def key(c: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("observedGeneration"))
+
+    return sorted(map(key, old)) == sorted(map(key, new))
+
+
+class JobStatus:
+    """Writes the status of the AnarchonJobs this replica serves (all of them)."""
+
+    def __init__(self, kube: Kube, scheduler: Scheduler, events: EventPoster) -> None:
+        self.kube = kube
+        self.scheduler = scheduler
+        self.events = events
+
+    async def invalid(
+        self, namespace: str, name: str, uid: str, generation: int, status: Mapping[str, Any], exc: Exception
+    ) -> None:
+        """The spec cannot run: Ready=False and Invalid=True with every problem, and a Warning Event."""
+        message = "; ".join(exc.messages) if isinstance(exc, SpecError) else str(exc)
+        conditions = [
+            _condition("Ready", False, "InvalidSpec", message, generation),
+            _condition("Invalid", True, "InvalidSpec", message, generation),
+        ]
+        if _same_conditions(list(status.get("conditions") or []), conditions):
+            return  # another replica (or we) said so already
+        log.warning("%s/%s: invalid spec: %s", namespace, name, message)
+        await self.kube.patch_job_status(
+            namespace,
+            name,
+            {
+                "conditions": conditions,
+                "observedGeneration": generation,
+                "nextScheduleTime": None,
+                "nextSlot": None,
+                "schedule": None,
+            },
+        )
+        await self.events.post(
+            namespace=namespace, name=name, uid=uid, reason="InvalidSpec", message=message, warning=True
+        )
+
+    async def valid(self, spec: JobSpec, status: Mapping[str, Any]) -> None:
+        """The spec runs: Ready (or Suspended), the next schedule time and the SCHEDULE column."""
+        now = self.scheduler.clock.now_ms()
+        next_slot = spec.schedule.next_after(now)
+        what = f"suspended ({spec.schedule})" if spec.options.suspend else f"{spec.schedule}"
+        conditions = [
+            _condition(
+                "Ready",
+                not spec.options.suspend,
+                "Suspended" if spec.options.suspend else "Scheduled",
+                what,
+                spec.generation,
+            ),
+            _condition("Invalid", False, "Valid", "the spec is valid", spec.generation),
+        ]
+        patch: dict[str, Any] = {}
+        if not _same_conditions(list(status.get("conditions") or []), conditions):
+            patch["conditions"] = conditions
+            patch["observedGeneration"] = spec.generation
+        if int(status.get("nextSlot") or 0) < now:
+            patch.update(nextSlot=next_slot, nextScheduleTime=slot_time(next_slot))
+        if status.get("schedule") != (column := schedule_column(spec.schedule)):
+            patch["schedule"] = column
+        if patch:
+            await self.kube.patch_job_status(spec.namespace, spec.name, patch)
+
+    async def refresh(self, spec: JobSpec) -> None:
+        """Recompute active runs, last times and history from the job's AnarchonRuns."""
+        items = await runs.list_runs(self.kube, spec.namespace, spec.name)
+        phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
+        active = [
+            {
+                "name": r["metadata"]["name"],
+                "slot": int(r["spec"]["slot"]),
+                "attempt": int((r.get("status") or {}).get("attempt") or 1),
+                "instance": str((r.get("status") or {}).get("instance") or ""),
+            }
+            for r in items
+            if phase[r["metadata"]["name"]] in ("Claimed", "Running")
+        ]
+        scheduled = [int(r["spec"]["slot"]) for r in items if phase[r["metadata"]["name"]] not in (None, "Skipped")]
+        succeeded = [int(r["spec"]["slot"]) for r in items if phase[r["metadata"]["name"]] == "Succeeded"]
+        now = self.scheduler.clock.now_ms()
+        next_slot = spec.schedule.next_after(now)
+        patch: dict[str, Any] = {
+            "active": active,
+            "activeCount": len(active),
+            "nextSlot": next_slot,
+            "nextScheduleTime": slot_time(next_slot),
+        }
+        if scheduled:
+            patch["lastScheduleTime"] = slot_time(max(scheduled))
+        if succeeded:
+            patch["lastSuccessfulTime"] = slot_time(max(succeeded))
+        await self.kube.patch_job_status(spec.namespace, spec.name, patch)
+        await self._enforce_history(spec, items, phase)
+
+    async def _enforce_history(self, spec: JobSpec, items: list[dict[str, Any]], phase: dict[str, Any]) -> None:
+        """Keep the newest N successful, N skipped and M failed runs; their Pods go with them (GC).
+
+        Skipped runs have a bucket of their own: a long job on a short period skips many
+        slots, and they must not push the successful runs out of the history.
+        """
+
+        def done(r: dict[str, Any]) -> bool:
+            # An Interrupted run without a finish time is between attempts: not history yet.
+            status = r.get("status") or {}
+            return status.get("phase") != "Interrupted" or bool(status.get("finishTime"))
+
+        def of(*phases: str) -> list[dict[str, Any]]:
+            return [
+                r
+                for r in items
+                if phase[r["metadata"]["name"]] in phases
+                and done(r)
+                and not self._still_active(spec, int(r["spec"]["slot"]))
+            ]
+
+        doomed: list[dict[str, Any]] = []
+        for bucket, keep in (
+            (of("Succeeded"), spec.successful_history),
+            (of("Skipped"), spec.successful_history),
+            (of("Failed", "Interrupted"), spec.failed_history),
+        ):
+            doomed += bucket[: max(0, len(bucket) - keep)]
+        for r in doomed:
+            await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
+        if doomed and isinstance(self.scheduler.backend, LeaseBackend):
+            kept = [int(r["spec"]["slot"]) for r in items if r not in doomed]
+            if kept:
+                key = engine_key(spec.namespace, spec.name, spec.uid)
+                await self.scheduler.backend.prune(key, before_slot=min(kept))
+
+    def _still_active(self, spec: JobSpec, slot: int) -> bool:
+        loop = self.scheduler.jobs.get(engine_key(spec.namespace, spec.name, spec.uid))
+        return loop is not None and slot in loop.running_slots
