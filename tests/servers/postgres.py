@@ -19,10 +19,12 @@ again on the same port, so that clients holding the old URL can reconnect.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -231,6 +233,30 @@ class PostgresServer:
         if self._running:
             self._run("pg_ctl", "stop", "-D", str(self._data), "-m", "immediate", "-w")
             self._running = False
+
+    def _pids(self) -> list[int]:
+        """The postmaster and every process it forked (backends, writers)."""
+        try:
+            postmaster = int((self._data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return []
+        pids = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    pids.append(int(stat.parent.name))
+        return pids
+
+    def pause(self) -> None:
+        """Freeze the whole server (SIGSTOP to every process): connections open, nothing answers."""
+        for pid in self._pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def restart(self) -> None:
         """Start again on the same port with the same data (after :meth:`kill` or not)."""

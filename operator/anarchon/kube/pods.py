@@ -170,14 +170,24 @@ async def create_pod(kube: Kube, body: dict[str, Any]) -> tuple[dict[str, Any], 
     return (existing or body), False
 
 
-async def delete_pod(kube: Kube, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
+async def delete_pod(
+    kube: Kube, namespace: str, name: str, *, grace_seconds: int | None = None, if_version: str | None = None
+) -> bool:
+    """Delete the Pod (gone already counts); False if ``if_version`` no longer matches (it changed)."""
+    options: dict[str, Any] = {}
+    if grace_seconds is not None:
+        options["grace_period_seconds"] = grace_seconds
+    if if_version is not None:
+        options["body"] = {"preconditions": {"resourceVersion": if_version}}
+
     def delete() -> Awaitable[object]:
-        if grace_seconds is None:
-            return kube.core.delete_namespaced_pod(name, namespace)
-        return kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+        return kube.core.delete_namespaced_pod(name, namespace, **options)
 
     try:
         await call(f"deleting Pod {namespace}/{name}", delete)
     except ApiException as exc:
+        if exc.status == 409 and if_version is not None:
+            return False
         if exc.status != 404:
             raise
+    return True

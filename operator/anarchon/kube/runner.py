@@ -107,7 +107,10 @@ class PodRunner:
         keep = next((v for v in reversed(existing) if v.fate is not PodFate.LOST), None)
         if keep is not None:
             await _confirm(ctx)
-            await self._start_attempt(ctx, spec, name, keep.name)
+            if keep.fate not in (PodFate.SUCCEEDED, PodFate.FAILED):
+                # A Pod that already ended only gives the run its outcome: the run is not
+                # reopened as Running on the way (it may already say how it ended).
+                await self._start_attempt(ctx, spec, name, keep.name)
             await self.events.about(
                 spec,
                 reason="Adopted",
@@ -210,8 +213,8 @@ class PodRunner:
             await self._end(ctx, spec, name, "Failed", "timed out", final=True)
             return
         if ctx.stop_reason == REPLACED:
-            await self._replaced(spec, name, [pod], "replaced by a newer run (overlap Replace)")
-            raise RunInterrupted(f"replaced: Pod {pod} deleted")
+            ended = await self._replaced(spec, name, [pod], "replaced by a newer run (overlap Replace)")
+            raise RunInterrupted(f"replaced: Pod {pod} {ended or 'deleted'}")
         log.warning("%s attempt %d fenced (%s): leaving Pod %s alone", name, ctx.attempt, ctx.stop_reason, pod)
         raise _fenced(ctx)
 
@@ -244,21 +247,45 @@ class PodRunner:
             return
         await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
 
-    async def _replaced(self, spec: JobSpec, name: str, pods: list[str], message: str) -> None:
-        """The run was replaced (final in the store): its Pods go, its object says Interrupted."""
+    async def _replaced(self, spec: JobSpec, name: str, pods: list[str], message: str) -> str | None:
+        """The run was replaced (final in the store): its live Pods go, its object says how it ended.
+
+        A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as
+        its Pod was. Each delete is conditional on the version of the Pod we read, so a Pod
+        that ends between our read and our delete is not taken for interrupted. Returns the
+        Pod's outcome, if one ended.
+        """
+        ended: PodView | None = None
         for pod in pods:
-            await delete_pod(self.kube, spec.namespace, pod)
-        await runs.update_status(
-            self.kube,
-            spec.namespace,
-            name,
-            10**6,  # whatever attempt wrote last: the store has already ended the run
-            lambda s: (
+            view = await self._stop_pod(spec, pod)
+            if view is not None:
+                ended = view
+        if ended is not None:
+            outcome, why = str(ended.fate), f"{ended.message} (then replaced by a newer run)"
+            change: Callable[[runs.Status], runs.Status | None] = lambda s: runs.end_attempt(  # noqa: E731
+                s, attempt=int(s.get("attempt") or 1), outcome=outcome, message=why, final=True
+            )
+        else:
+            change = lambda s: (  # noqa: E731
                 None
                 if s.get("finishTime")
                 else {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()}
-            ),
-        )
+            )
+        # Whatever attempt wrote last: the store has already ended the run.
+        await runs.update_status(self.kube, spec.namespace, name, 10**6, change)
+        return None if ended is None else str(ended.fate)
+
+    async def _stop_pod(self, spec: JobSpec, pod: str) -> PodView | None:
+        """Delete a live Pod of a replaced run; the Pod's view if it had ended instead."""
+        while True:
+            view = fate_of(await read_pod(self.kube, spec.namespace, pod))
+            if view.fate in (PodFate.SUCCEEDED, PodFate.FAILED):
+                return view
+            if view.body is None:
+                return None
+            version = str((view.body.get("metadata") or {}).get("resourceVersion") or "")
+            if await delete_pod(self.kube, spec.namespace, pod, if_version=version or None):
+                return None
 
 
 async def _confirm(ctx: RunContext) -> None:

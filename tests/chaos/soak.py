@@ -1,0 +1,343 @@
+"""The chaos soak: three replicas run a mix of jobs while the API server, the store and the replicas fail.
+
+Everything is real: the replicas are OS processes talking to the test API server through
+the HTTP fault proxy (tests/faults/apiproxy.py) and to a private PostgreSQL that is frozen
+and crashed now and then; KWOK runs the Pods. Faults, at random from a seeded generator:
+
+* API: 500/503/429 answers, creates whose reply is lost, slow replies, cut watches;
+* store: frozen for a moment (SIGSTOP), crashed and restarted (SIGKILL, then start);
+* replicas: SIGTERM (a rolling update), SIGKILL, SIGSTOP past the lease, short stalls.
+
+The referee (checker.py) watches the API server directly. :func:`soak` returns a
+:class:`Report`; the test asserts its violation counts are all zero and prints it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import aiohttp
+
+from anarchon.kube.client import Kube, connect
+from anarchon.kube.constants import GROUP, RUNS, VERSION
+from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.operator.conftest import Cluster, Replicas, job_manifest
+from tests.servers.postgres import PostgresServer
+
+from .checker import Checker
+
+HEARTBEAT_S = 1.0
+LEASE_S = 4.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One job of the mix: its period, overlap policy and what its Pods do (KWOK annotations)."""
+
+    name: str
+    every_s: int
+    overlap: str
+    pod: dict[str, str]
+
+
+MIX = [
+    Plan("allow-short", 1, "Allow", {"anarchon.test/run-seconds": "1"}),
+    Plan("skip-short", 1, "Skip", {"anarchon.test/run-seconds": "0.3"}),
+    Plan("skip-long", 1, "Skip", {"anarchon.test/run-seconds": "4"}),
+    Plan("skip-failing", 1, "Skip", {"anarchon.test/run-seconds": "0.3", "anarchon.test/exit-code": "3"}),
+    Plan("replace-long", 2, "Replace", {"anarchon.test/run-seconds": "3"}),
+    Plan("allow-long", 2, "Allow", {"anarchon.test/run-seconds": "5"}),
+]
+
+
+@dataclass
+class Report:
+    slots: int = 0
+    seconds: float = 0.0
+    phases: Counter[str] = field(default_factory=Counter)
+    api_faults: Counter[str] = field(default_factory=Counter)
+    store_faults: Counter[str] = field(default_factory=Counter)
+    kills: Counter[str] = field(default_factory=Counter)
+    takeovers: int = 0
+    handover_s: list[float] = field(default_factory=list)
+    takeover_after_kill_s: list[float] = field(default_factory=list)
+    violations: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    pods: int = 0
+
+    def text(self) -> str:
+        def dist(xs: list[float]) -> str:
+            if not xs:
+                return "none"
+            xs = sorted(xs)
+            return f"n={len(xs)} p50={xs[len(xs) // 2]:.1f}s max={xs[-1]:.1f}s"
+
+        lines = [
+            f"chaos soak: {self.slots} slots in {self.seconds:.0f}s, {self.pods} Pods, runs {dict(self.phases)}",
+            f"  API faults fired: {dict(self.api_faults)}",
+            f"  store faults: {dict(self.store_faults)}",
+            f"  replica faults: {dict(self.kills)}",
+            f"  takeovers: {self.takeovers}; hand-over after SIGTERM: {dist(self.handover_s)}; "
+            f"takeover after SIGKILL: {dist(self.takeover_after_kill_s)}",
+            "  violations: " + ", ".join(f"{k}={self.violations.get(k, 0)}" for k in RULES),
+        ]
+        for rule, examples in self.examples.items():
+            if examples:
+                lines.append(f"    {rule}: {examples}")
+        return "\n".join(lines)
+
+
+RULES = (
+    "two_live_pods",
+    "skip_overlap",
+    "lost_slots",
+    "not_terminal",
+    "phase_mismatch",
+    "given_up_while_live",
+    "final_reopened",
+    "slow_handover",
+    "slow_takeover",
+)
+
+
+async def _watch(kube: Kube, namespace: str, plural: str, feed: Callable[[str, dict[str, Any]], None]) -> None:
+    """List, then watch from that version, for ever; relist when the version is too old."""
+    while True:
+        try:
+            if plural == "pods":
+                listing = kube.api.sanitize_for_serialization(await kube.core.list_namespaced_pod(namespace))
+            else:
+                listing = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+            for item in listing.get("items") or []:
+                feed("ADDED", item)
+            version = str(listing["metadata"]["resourceVersion"])
+            options: dict[str, Any] = {
+                "watch": True,
+                "allow_watch_bookmarks": True,
+                "resource_version": version,
+                "timeout_seconds": 300,
+                "_preload_content": False,
+                "_request_timeout": 330,
+            }
+            if plural == "pods":
+                raw: Any = await kube.core.list_namespaced_pod(namespace, **options)
+            else:
+                raw = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural, **options)
+            response = cast(aiohttp.ClientResponse, raw)
+            try:
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        break
+                    if event.get("type") != "BOOKMARK":
+                        feed(str(event["type"]), event["object"])
+            finally:
+                response.release()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            await asyncio.sleep(0.5)
+
+
+class Chaos:
+    """The faults, each loop on its own timer, all drawn from one seeded generator."""
+
+    def __init__(
+        self, rng: random.Random, proxy: ApiFaultProxy, store: PostgresServer, replicas: Replicas, checker: Checker
+    ) -> None:
+        self.rng = rng
+        self.proxy = proxy
+        self.store = store
+        self.replicas = replicas
+        self.checker = checker
+        self.report_kills: Counter[str] = Counter()
+        self.store_faults: Counter[str] = Counter()
+        self.watch_handover: list[tuple[float, dict[str, int]]] = []
+        self.watch_takeover: list[tuple[float, dict[str, int]]] = []
+        self.api_rules: list[Fault] = []
+
+    def api_faults(self, scale: float) -> None:
+        """Rate-based rules on every request; the first rule that fires wins."""
+        for fault in (
+            Fault("status", code=500, rate=0.02 * scale),
+            Fault("status", code=503, rate=0.01 * scale),
+            Fault("status", code=429, rate=0.01 * scale),
+            Fault("lost_reply", verb="create", rate=0.02 * scale),
+            Fault("latency", seconds=1.0, rate=0.01 * scale),
+            Fault("cut_watch", seconds=20.0, rate=0.3 * scale),
+        ):
+            self.api_rules.append(self.proxy.add(fault))
+
+    async def replicas_loop(self, every_s: float) -> None:
+        names = sorted(self.replicas.procs)
+        while True:
+            await asyncio.sleep(self.rng.uniform(0.5, 1.5) * every_s)
+            victim = self.rng.choice(names)
+            kind = self.rng.choice(["SIGTERM", "SIGKILL", "SIGSTOP", "stall"])
+            self.report_kills[kind] += 1
+            running = self.checker.running_on(victim)
+            now = time.monotonic()
+            if kind in ("SIGTERM", "SIGKILL"):
+                (self.watch_handover if kind == "SIGTERM" else self.watch_takeover).append((now, running))
+                sig = signal.SIGTERM if kind == "SIGTERM" else signal.SIGKILL
+                await asyncio.to_thread(self.replicas.kill, victim, sig)
+                await asyncio.sleep(2)
+                self.replicas.start(victim)
+            else:
+                pause = LEASE_S + 2 if kind == "SIGSTOP" else self.rng.uniform(0.3, 1.5)
+                self.replicas.kill(victim, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(pause)
+                finally:
+                    self.replicas.kill(victim, signal.SIGCONT)
+
+    async def store_loop(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(self.rng.uniform(0.5, 1.5) * every_s)
+            if self.rng.random() < 0.5:
+                self.store_faults["frozen 2s"] += 1
+                await asyncio.to_thread(self.store.pause)
+                try:
+                    await asyncio.sleep(2)
+                finally:
+                    await asyncio.to_thread(self.store.resume)
+            else:
+                self.store_faults["crashed and restarted"] += 1
+                await asyncio.to_thread(self.store.kill)
+                await asyncio.sleep(1)
+                await asyncio.to_thread(self.store.restart)
+
+
+async def soak(
+    cluster: Cluster,
+    replicas: Replicas,
+    proxy: ApiFaultProxy,
+    store: PostgresServer,
+    *,
+    slots: int,
+    seed: int = 0,
+    kill_every_s: float = 15.0,
+    store_every_s: float = 30.0,
+) -> Report:
+    rng = random.Random(seed)
+    checker = Checker(skip_jobs=frozenset(p.name for p in MIX if p.overlap == "Skip"))
+    kube = await connect(str(cluster.cp.kubeconfig))
+    watches = [
+        asyncio.create_task(_watch(kube, cluster.namespace, "pods", checker.pod)),
+        asyncio.create_task(_watch(kube, cluster.namespace, RUNS, checker.run)),
+    ]
+    chaos = Chaos(rng, proxy, store, replicas, checker)
+    loops: list[asyncio.Task[None]] = []
+    report = Report()
+    try:
+        chaos.api_faults(scale=1.0)  # from the start: the replicas' watches meet them too
+        for i in range(3):
+            replicas.start(f"replica-{i}", "--kubeconfig", str(proxy.kubeconfig))
+        for plan in MIX:
+            manifest = job_manifest(
+                plan.name,
+                every=f"{plan.every_s}s",
+                overlap=plan.overlap,
+                heartbeat=f"{HEARTBEAT_S:.0f}s",
+                lease=f"{LEASE_S:.0f}s",
+                successfulRunsHistoryLimit=20,
+                failedRunsHistoryLimit=20,
+                annotations=plan.pod,
+            )
+            await asyncio.to_thread(cluster.apply, manifest)
+        started = time.monotonic()
+        await _until(lambda: {job for job, _ in checker.run_job.values()} >= {p.name for p in MIX}, 120, "first runs")
+        loops = [
+            asyncio.create_task(chaos.replicas_loop(kill_every_s)),
+            asyncio.create_task(chaos.store_loop(store_every_s)),
+        ]
+        while len(_expected(checker, time.time())) < slots:  # noqa: ASYNC110 - time passing is the point
+            await asyncio.sleep(1)
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        end = time.time()
+        # Calm: every rule off, every replica and the store up, no new slots.
+        proxy.clear()
+        for name, proc in replicas.procs.items():
+            if proc.poll() is None:
+                replicas.kill(name, signal.SIGCONT)
+            else:
+                replicas.start(name, "--kubeconfig", str(proxy.kubeconfig))
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(store.resume)
+        for plan in MIX:
+            await asyncio.to_thread(
+                cluster.kubectl, "patch", "anarchonjob", plan.name, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+            )
+        await _until(lambda: not [s for s in checker.runs.values() if not _final_or_skipped(s)], 120, "settling")
+        await asyncio.sleep(2)
+        expected = _expected(checker, end)
+        checker.settled(expected)
+        report.seconds = time.monotonic() - started
+        report.slots = len(expected)
+        report.phases = checker.phases()
+        report.pods = len(checker.pods_seen)
+        report.api_faults = Counter({f"{f.action} {f.code or ''}".strip(): f.fired for f in chaos.api_rules})
+        report.store_faults = chaos.store_faults
+        report.kills = chaos.report_kills
+        report.takeovers = checker.takeovers()
+        report.handover_s = _delays(checker, chaos.watch_handover)
+        report.takeover_after_kill_s = _delays(checker, chaos.watch_takeover)
+        report.violations = Counter(checker.violations)
+        report.violations["slow_handover"] = sum(1 for d in report.handover_s if d > 2 * HEARTBEAT_S + 2)
+        report.violations["slow_takeover"] = sum(
+            1 for d in report.takeover_after_kill_s if d > LEASE_S + 2 * HEARTBEAT_S + 2
+        )
+        report.examples = dict(checker.examples)
+        return report
+    finally:
+        for task in [*loops, *watches]:
+            task.cancel()
+        await asyncio.gather(*loops, *watches, return_exceptions=True)
+        await kube.close()
+
+
+def _final_or_skipped(status: dict[str, Any]) -> bool:
+    phase = status.get("phase")
+    return phase in ("Succeeded", "Failed", "Skipped") or (phase == "Interrupted" and bool(status.get("finishTime")))
+
+
+def _expected(checker: Checker, until: float) -> list[tuple[str, int]]:
+    """Every slot of every job from its first run seen up to ``until`` (less 5 s in flight)."""
+    until_ms = int(until * 1000) - 5_000
+    slots = []
+    for plan in MIX:
+        first = min(slot for job, slot in checker.run_job.values() if job == plan.name)
+        slots += [(plan.name, slot) for slot in range(first, until_ms + 1, plan.every_s * 1000)]
+    return slots
+
+
+def _delays(checker: Checker, marks: list[tuple[float, dict[str, int]]]) -> list[float]:
+    """For each run a victim was running: how long until the next attempt began (taken over)."""
+    delays = []
+    for at, running in marks:
+        for run, attempt in running.items():
+            taken = checker.next_attempt_at(run, attempt)
+            if taken is not None:
+                delays.append(taken - at)
+    return delays
+
+
+async def _until(check: Callable[[], bool], limit_s: float, what: str) -> None:
+    deadline = time.monotonic() + limit_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"soak: timed out waiting for {what}")
+        await asyncio.sleep(0.5)
