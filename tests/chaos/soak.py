@@ -281,7 +281,10 @@ async def soak(
             await asyncio.to_thread(
                 cluster.kubectl, "patch", "anarchonjob", plan.name, "--type=merge", "-p", '{"spec":{"suspend":true}}'
             )
-        await _until(lambda: not [s for s in checker.runs.values() if not _final_or_skipped(s)], 120, "settling")
+        try:
+            await _until(lambda: not _unsettled(checker), 120, "settling")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {_unsettled(checker)[:5]}") from None
         await asyncio.sleep(2)
         expected = _expected(checker, end)
         checker.settled(expected)
@@ -307,6 +310,14 @@ async def soak(
             task.cancel()
         await asyncio.gather(*loops, *watches, return_exceptions=True)
         await kube.close()
+
+
+def _unsettled(checker: Checker) -> list[str]:
+    return [
+        f"{name}: {s.get('phase')} {s.get('message', '')!r}"
+        for name, s in checker.runs.items()
+        if not _final_or_skipped(s)
+    ]
 
 
 def _final_or_skipped(status: dict[str, Any]) -> bool:

@@ -1,4 +1,6 @@
-"""The chaos soak, bounded for CI: at least 3,000 slots with every kind of fault, zero broken promises.
+"""The chaos soak: at least 3,000 slots with every kind of fault, zero broken promises.
+
+Run it with ``ANARCHON_SOAK=1 bash tests/run.sh tests/chaos`` (tests/run.sh leaves it out otherwise).
 
 ``ANARCHON_SOAK_SLOTS`` sets the size (default 3,000; e.g. 20,000 for a long run) and
 ``ANARCHON_SOAK_SEED`` the random seed of the faults.

@@ -199,7 +199,7 @@ async def test_overlap_replace_fences_older(cluster, clock: ScaledClock, job_nam
     interrupted = [r for r in history if r.state is RunState.INTERRUPTED]
     assert interrupted and all("replaced" in (r.error or "") for r in interrupted)
     assert len([r for r in history if r.state.active]) == 1
-    assert calls.calls[0].stop_reason == "fenced"
+    assert calls.calls[0].stop_reason == "replaced"  # fenced, and told why: its run was replaced
 
 
 async def test_timeout_fails_the_run(cluster, clock: ScaledClock, job_name: str) -> None:
