@@ -16,6 +16,7 @@ import pytest
 from tests.faults.apiproxy import ApiFaultProxy
 from tests.operator.conftest import Cluster, Replicas
 from tests.servers.postgres import PostgresServer
+from tests.servers.postgres import start_or_fail as start_postgres_or_fail
 
 from .soak import RULES, soak
 
@@ -25,11 +26,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 @pytest.fixture
 def private_postgres() -> Iterator[PostgresServer]:
     """A store of the soak's own: it is frozen and crashed, so it must not be the session's."""
-    server = PostgresServer()
-    try:
-        server.start()
-    except Exception as exc:
-        pytest.fail(f"postgres did not start: {exc}")
+    server = start_postgres_or_fail()
     yield server
     server.resume()
     server.stop()

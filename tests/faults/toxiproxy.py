@@ -55,7 +55,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tests.servers import process
-from tests.servers.postgres import PostgresServer, ServerUnavailable
+from tests.servers.postgres import PostgresServer
+from tests.servers.postgres import start_or_fail as start_postgres_or_fail
 from tests.servers.process import ServerBinaryMissing, ServerProcess
 from tests.servers.redis import RedisServer
 from tests.servers.redis import start_or_fail as start_redis
@@ -397,14 +398,7 @@ def proxied_postgres_server() -> Iterator[PostgresServer]:
 
     Not the ``postgres_url`` server: the tests here may kill and restart this one.
     """
-    server: PostgresServer | None = None
-    try:
-        server = PostgresServer()
-        server.start()
-    except ServerUnavailable as exc:
-        if server is not None:
-            server.stop()
-        pytest.fail(str(exc), pytrace=False)
+    server = start_postgres_or_fail()
     try:
         yield server
     finally:

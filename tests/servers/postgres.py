@@ -285,6 +285,18 @@ class PostgresServer:
         self.stop()
 
 
+def start_or_fail() -> PostgresServer:
+    """A started server of the caller's own, or the test fails (never skips) saying why."""
+    server: PostgresServer | None = None
+    try:
+        server = PostgresServer()
+        return server.start()
+    except ServerUnavailable as exc:
+        if server is not None:
+            server.stop()
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """The URL of one PostgreSQL server shared by the whole session.
@@ -292,14 +304,7 @@ def postgres_url() -> Iterator[str]:
     Tests share the database, so each must use its own job names (or its own table).
     Missing binaries fail the session's postgres tests rather than skipping them.
     """
-    server: PostgresServer | None = None
-    try:
-        server = PostgresServer()
-        server.start()
-    except ServerUnavailable as exc:
-        if server is not None:
-            server.stop()
-        pytest.fail(str(exc), pytrace=False)
+    server = start_or_fail()
     try:
         yield server.url
     finally:
