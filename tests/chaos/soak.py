@@ -284,7 +284,8 @@ async def soak(
         try:
             await _until(lambda: not _unsettled(checker), 120, "settling")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {_unsettled(checker)[:5]}") from None
+            stuck = _unsettled(checker)
+            raise AssertionError(f"{exc}: {stuck[:5]}\n{_evidence(replicas, stuck[:2])}") from None
         await asyncio.sleep(2)
         expected = _expected(checker, end)
         checker.settled(expected)
@@ -318,6 +319,18 @@ def _unsettled(checker: Checker) -> list[str]:
         for name, s in checker.runs.items()
         if not _final_or_skipped(s)
     ]
+
+
+def _evidence(replicas: Replicas, stuck: list[str], lines: int = 40) -> str:
+    """What the replicas logged about the runs that never settled: the soak's logs are gone after it."""
+    out = []
+    for entry in stuck:
+        run = entry.split(":", 1)[0]
+        slot = run.rsplit("-", 1)[-1]
+        for name in sorted(replicas.procs):
+            hits = [line for line in replicas.log(name).splitlines() if run in line or slot in line]
+            out += [f"--- {name} on {run}: {len(hits)} lines, the last {lines}:", *hits[-lines:]]
+    return "\n".join(out)
 
 
 def _final_or_skipped(status: dict[str, Any]) -> bool:

@@ -213,7 +213,8 @@ class PodRunner:
             await self._end(ctx, spec, name, "Failed", "timed out", final=True)
             return
         if ctx.stop_reason == REPLACED:
-            ended = await self._replaced(spec, name, [pod], "replaced by a newer run (overlap Replace)")
+            why = "replaced by a newer run (overlap Replace)"
+            ended = await end_replaced(self.kube, spec.namespace, name, [pod], why)
             raise RunInterrupted(f"replaced: Pod {pod} {ended or 'deleted'}")
         log.warning("%s attempt %d fenced (%s): leaving Pod %s alone", name, ctx.attempt, ctx.stop_reason, pod)
         raise _fenced(ctx)
@@ -241,51 +242,53 @@ class PodRunner:
         message = f"replaced by the run of {run_name(spec.name, new_slot)}"
         try:
             pods = [p["metadata"]["name"] for p in await pods_of_run(self.kube, spec.namespace, old)]
-            await self._replaced(spec, old, pods, message)
+            await end_replaced(self.kube, spec.namespace, old, pods, message)
         except Exception as exc:
             log.warning("cleaning up %s, replaced by %s, failed: %s", old, run_name(spec.name, new_slot), exc)
             return
         await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
 
-    async def _replaced(self, spec: JobSpec, name: str, pods: list[str], message: str) -> str | None:
-        """The run was replaced (final in the store): its live Pods go, its object says how it ended.
 
-        A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as
-        its Pod was. Each delete is conditional on the version of the Pod we read, so a Pod
-        that ends between our read and our delete is not taken for interrupted. Returns the
-        Pod's outcome, if one ended.
-        """
-        ended: PodView | None = None
-        for pod in pods:
-            view = await self._stop_pod(spec, pod)
-            if view is not None:
-                ended = view
-        if ended is not None:
-            outcome, why = str(ended.fate), f"{ended.message} (then replaced by a newer run)"
-            change: Callable[[runs.Status], runs.Status | None] = lambda s: runs.end_attempt(  # noqa: E731
-                s, attempt=int(s.get("attempt") or 1), outcome=outcome, message=why, final=True
-            )
-        else:
-            change = lambda s: (  # noqa: E731
-                None
-                if s.get("finishTime")
-                else {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()}
-            )
-        # Whatever attempt wrote last: the store has already ended the run.
-        await runs.update_status(self.kube, spec.namespace, name, 10**6, change)
-        return None if ended is None else str(ended.fate)
+async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], message: str) -> str | None:
+    """The run was replaced (final in the store): its live Pods go, its object says how it ended.
 
-    async def _stop_pod(self, spec: JobSpec, pod: str) -> PodView | None:
-        """Delete a live Pod of a replaced run; the Pod's view if it had ended instead."""
-        while True:
-            view = fate_of(await read_pod(self.kube, spec.namespace, pod))
-            if view.fate in (PodFate.SUCCEEDED, PodFate.FAILED):
-                return view
-            if view.body is None:
-                return None
-            version = str((view.body.get("metadata") or {}).get("resourceVersion") or "")
-            if await delete_pod(self.kube, spec.namespace, pod, if_version=version or None):
-                return None
+    A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as
+    its Pod was. Each delete is conditional on the version of the Pod we read, so a Pod
+    that ends between our read and our delete is not taken for interrupted. Returns the
+    Pod's outcome, if one ended. Safe to repeat, and to run on several replicas at once.
+    """
+    ended: PodView | None = None
+    for pod in pods:
+        view = await _stop_pod(kube, namespace, pod)
+        if view is not None:
+            ended = view
+    if ended is not None:
+        outcome, why = str(ended.fate), f"{ended.message} (then replaced by a newer run)"
+        change: Callable[[runs.Status], runs.Status | None] = lambda s: runs.end_attempt(  # noqa: E731
+            s, attempt=int(s.get("attempt") or 1), outcome=outcome, message=why, final=True
+        )
+    else:
+        change = lambda s: (  # noqa: E731
+            None
+            if s.get("finishTime")
+            else {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()}
+        )
+    # Whatever attempt wrote last: the store has already ended the run.
+    await runs.update_status(kube, namespace, name, 10**6, change)
+    return None if ended is None else str(ended.fate)
+
+
+async def _stop_pod(kube: Kube, namespace: str, pod: str) -> PodView | None:
+    """Delete a live Pod of a replaced run; the Pod's view if it had ended instead."""
+    while True:
+        view = fate_of(await read_pod(kube, namespace, pod))
+        if view.fate in (PodFate.SUCCEEDED, PodFate.FAILED):
+            return view
+        if view.body is None:
+            return None
+        version = str((view.body.get("metadata") or {}).get("resourceVersion") or "")
+        if await delete_pod(kube, namespace, pod, if_version=version or None):
+            return None
 
 
 async def _confirm(ctx: RunContext) -> None:

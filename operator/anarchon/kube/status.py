@@ -16,6 +16,7 @@ from ..engine import LeaseBackend, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
+from .mend import mend_runs
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.status")
@@ -103,6 +104,8 @@ class JobStatus:
     async def refresh(self, spec: JobSpec) -> None:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
         items = await runs.list_runs(self.kube, spec.namespace, spec.name)
+        if await mend_runs(self.kube, self.scheduler, spec, items):
+            items = await runs.list_runs(self.kube, spec.namespace, spec.name)
         phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
         active = [
             {

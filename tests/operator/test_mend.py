@@ -1,0 +1,145 @@
+"""Mending: an AnarchonRun the store ended while nobody was left to say so is closed by a status refresh.
+
+The store is real (SQLite), the API server is real, the Pods are KWOK's. The replica that
+ended the run in the store (a Replace claim, a give-up) is the one that "died" here: it
+never wrote the object. Before kube/mend.py, nothing else ever did: the object said Running
+for ever and, for Replace, the old Pod ran on beside its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from anarchon.engine import Job, Scheduler
+from anarchon.engine.backend import ClaimRequest, TakeoverRequest
+from anarchon.engine.backends.sqlite import SqliteBackend
+from anarchon.engine.model import Overlap
+from anarchon.kube.client import Kube
+from anarchon.kube.events import EventPoster
+from anarchon.kube.pods import pods_of_run
+from anarchon.kube.runner import PodRunner
+from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
+from anarchon.kube.status import JobStatus
+
+from .conftest import Cluster, job_manifest
+from .test_runner_fencing import attempt
+
+LEASE_MS = 3_000
+
+
+@pytest.fixture
+def spec(cluster: Cluster) -> Iterator[JobSpec]:
+    cluster.apply(
+        job_manifest(
+            "mended",
+            every="1h",
+            suspend=True,
+            heartbeat="1s",
+            lease="3s",
+            annotations={"anarchon.test/run-seconds": "-1"},  # runs until deleted
+        )
+    )
+    yield parse_job(cluster.get("anarchonjob", "mended"))
+
+
+@pytest.fixture
+async def scheduler(tmp_path: Path, spec: JobSpec) -> AsyncIterator[Scheduler]:
+    """A replica's scheduler with the job added but not started: only its store and its view count."""
+    backend = SqliteBackend(tmp_path / "store.db")
+    await backend.setup()
+    scheduler = Scheduler(backend, instance_id="mender")
+    scheduler.add(Job(engine_key(spec.namespace, spec.name, spec.uid), spec.schedule, _never, spec.options))
+    yield scheduler
+    await backend.close()
+
+
+async def _never(ctx: object) -> None:
+    raise AssertionError("nothing runs here")
+
+
+async def _open_run_with_a_live_pod(kube: Kube, spec: JobSpec, slot: int) -> str:
+    """Attempt 1 launches its Pod and writes Running, then its replica dies: the Pod runs on."""
+    ctx = attempt(1, *([True] * 5))
+    ctx.slot = slot
+    task = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx))
+    name = run_name(spec.name, slot)
+    for _ in range(300):
+        if await pods_of_run(kube, spec.namespace, name):
+            break
+        await asyncio.sleep(0.1)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return name
+
+
+async def _live_pods(kube: Kube, spec: JobSpec, name: str) -> list[str]:
+    pods = await pods_of_run(kube, spec.namespace, name)
+    return [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+async def test_a_replaced_run_whose_replacer_died_is_closed_and_its_pod_deleted(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    old_slot, new_slot = 3_600_000, 7_200_000
+    name = await _open_run_with_a_live_pod(kube, spec, old_slot)
+    assert await _live_pods(kube, spec, name), "the old run's Pod must be running"
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS  # long enough ago that nobody is still writing
+    await backend.claim(ClaimRequest(key, old_slot, "dead-1", "t-old", past, LEASE_MS, Overlap.REPLACE))
+    won = await backend.claim(ClaimRequest(key, new_slot, "dead-2", "t-new", past + 1, LEASE_MS, Overlap.REPLACE))
+    assert [r.slot for r in won.replaced] == [old_slot]  # ... and its winner died before cleaning up
+
+    status = JobStatus(kube, scheduler, EventPoster(kube))
+    await status.refresh(spec)
+
+    run = cluster.get("anarchonrun", name)["status"]
+    assert run["phase"] == "Interrupted" and run.get("finishTime"), run
+    assert "replaced by the run of slot" in run["message"], run
+    assert await _live_pods(kube, spec, name) == [], "the replaced run's Pod must not run beside its successor"
+
+
+async def test_a_run_given_up_by_a_backup_that_died_is_closed(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    slot = 3_600_000
+    name = await _open_run_with_a_live_pod(kube, spec, slot)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    await backend.claim(ClaimRequest(key, slot, "dead-1", "t-1", past, LEASE_MS, Overlap.ALLOW))
+    given_up = await backend.takeover(TakeoverRequest(key, slot, "dead-2", "t-2", past + LEASE_MS, LEASE_MS, 1))
+    assert not given_up.won  # the store ended the run; the backup died before writing the object
+
+    await JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec)
+
+    run = cluster.get("anarchonrun", name)["status"]
+    assert run["phase"] == "Interrupted" and run.get("finishTime"), run
+
+
+async def test_a_run_the_store_ended_just_now_is_left_to_whoever_ended_it(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    """Within a lease of the store's change its author may still be writing: no second writer then."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    old_slot, new_slot = 3_600_000, 7_200_000
+    name = await _open_run_with_a_live_pod(kube, spec, old_slot)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    now = int(time.time() * 1000)
+    await backend.claim(ClaimRequest(key, old_slot, "r-1", "t-old", now - 1, LEASE_MS, Overlap.REPLACE))
+    await backend.claim(ClaimRequest(key, new_slot, "r-2", "t-new", now, LEASE_MS, Overlap.REPLACE))
+
+    await JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec)
+
+    assert cluster.get("anarchonrun", name)["status"]["phase"] == "Running"
+    assert await _live_pods(kube, spec, name)
