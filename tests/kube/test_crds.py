@@ -506,7 +506,7 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
     name = S.run_name("sync", slot)
     created = create(crds, namespace, run(name, slot))
     assert created["spec"]["trigger"] == "Schedule", "trigger defaults to Schedule"
-    pod = S.pod_name(name, 2)
+    pod = S.pod_name(name)
     patch_run_status(
         crds,
         namespace,
@@ -522,7 +522,7 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
                 {
                     "attempt": 1,
                     "instance": "op-0:3",
-                    "podName": S.pod_name(name, 1),
+                    "podName": pod,
                     "outcome": "Interrupted",
                     "startTime": "2026-10-10T12:00:11Z",
                     "finishTime": "2026-10-10T12:00:40Z",
@@ -552,7 +552,7 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
         "Running",
         "2",
         "op-1:7",
-        "sync-1791633610-a2",
+        "sync-1791633610",
     )
     assert (rows[skipped]["PHASE"], rows[skipped]["ATTEMPT"], rows[skipped]["POD"]) == ("Skipped", "0", "")
     wide = {x["NAME"]: x for x in table(crds.kubectl("get", "ar", "-n", namespace, "-o", "wide").stdout)}

@@ -82,7 +82,7 @@ async def test_a_transient_api_fault_is_retried_and_the_run_ends_as_its_pod_did(
     assert fault.fired == fault.times, f"the fault ({what}) must have hit"
     status = _run(cluster, spec)["status"]
     assert status["phase"] == "Succeeded", status
-    assert _pods(cluster, spec) == [f"{run_name(spec.name, SLOT)}-a1"], "one Pod, whatever was retried"
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "one Pod, whatever was retried"
 
 
 async def test_a_500_on_the_final_status_write_never_fails_a_succeeded_run(
@@ -112,4 +112,40 @@ async def test_an_api_outage_past_the_retries_interrupts_the_attempt_and_leaves_
         await task
     assert fault.fired >= 2, "retried before giving up"
     assert _run(cluster, spec)["status"]["phase"] == "Running", "nothing may be recorded from a failed write"
-    assert _pods(cluster, spec) == [f"{run_name(spec.name, SLOT)}-a1"], "the Pod is left for the next attempt"
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "the Pod is left for the next attempt"
+
+
+async def test_a_runner_frozen_before_its_create_adopts_the_backups_pod_instead_of_launching_a_second(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, kube: Kube
+) -> None:
+    """The API server is the last fence: one Pod name per run, so the late create gets AlreadyExists.
+
+    Attempt 1 checked its lease, then stalled (here: its create is held 4 s on the way); a
+    backup took the run over and launched. Before, attempt 1's create then made a second
+    Pod (``-a1`` beside ``-a2``) that ran until attempt 1's next lease check deleted it.
+    """
+    stall = proxy.add(Fault("latency", seconds=4.0, verb="create", resource="pods", times=1))
+    first = attempt(1, True)
+    script, answered = first.confirm, asyncio.Event()
+    held = asyncio.Event()
+
+    async def confirm() -> bool:
+        if await script():
+            return True
+        answered.set()
+        await held.wait()  # attempt 1 sits right after its create: what Pods are there now?
+        return False
+
+    first.confirm = confirm
+    frozen = asyncio.create_task(PodRunner(through_proxy, EventPoster(through_proxy), lambda: spec)(first))
+    while not stall.fired:  # noqa: ASYNC110 - attempt 1 checked its lease and sent its create
+        await asyncio.sleep(0.05)
+    backup = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(attempt(2, *YES)))
+    await asyncio.wait_for(answered.wait(), 30)
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "one Pod per run, never a second"
+    held.set()
+    with pytest.raises(RunInterrupted, match="fenced"):
+        await asyncio.wait_for(frozen, 30)
+    await asyncio.wait_for(backup, 60)  # the backup follows the run's one Pod to its success
+    assert _run(cluster, spec)["status"]["phase"] == "Succeeded"
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)]

@@ -67,7 +67,7 @@ async def test_a_timeout_that_fires_after_a_freeze_leaves_the_adopted_pod_alone(
     ctx.request_stop("timeout")
     with pytest.raises(RunInterrupted, match="fenced"):
         await asyncio.wait_for(task, 30)
-    assert await _pods(kube, spec) == [(f"{run_name(spec.name, SLOT)}-a1", False)]
+    assert await _pods(kube, spec) == [(run_name(spec.name, SLOT), False)]
 
 
 async def test_a_pod_being_deleted_is_followed_not_force_deleted_nor_launched_beside(kube: Kube, spec: JobSpec) -> None:
@@ -80,7 +80,7 @@ async def test_a_pod_being_deleted_is_followed_not_force_deleted_nor_launched_be
     first.cancel()  # the runner dies; its Pod runs on
     with contextlib.suppress(asyncio.CancelledError):
         await first
-    pod = f"{run_name(spec.name, SLOT)}-a1"
+    pod = run_name(spec.name, SLOT)
     hold = {"metadata": {"finalizers": ["anarchon.test/hold"]}}
     await kube.core.patch_namespaced_pod(pod, spec.namespace, hold)
     await kube.core.delete_namespaced_pod(pod, spec.namespace)

@@ -9,11 +9,13 @@ real: the AnarchonJob, the AnarchonRun with its attempt guard, the Pods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 
 import pytest
 
 from anarchon.engine import RunContext, RunInterrupted
+from anarchon.engine.attempt import ENDED
 from anarchon.kube import runs
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
@@ -44,13 +46,45 @@ def attempt(n: int, *answers: bool) -> RunContext:
     return ctx
 
 
-async def test_fenced_right_after_the_launch_deletes_its_own_pod(kube: Kube, spec: JobSpec) -> None:
+async def _live(kube: Kube, spec: JobSpec) -> list[str]:
+    pods = await pods_of_run(kube, spec.namespace, run_name(spec.name, SLOT))
+    return [p["metadata"]["name"] for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+
+
+async def test_fenced_right_after_the_launch_leaves_the_pod_to_the_attempt_that_holds_the_run(
+    kube: Kube, spec: JobSpec
+) -> None:
+    """The run's one Pod is the backup's to adopt: deleting it would only waste the work done.
+
+    (With one Pod name per run, no second Pod can be started beside it.)
+    """
     runner = PodRunner(kube, EventPoster(kube), lambda: spec)
     with pytest.raises(RunInterrupted, match="fenced"):  # never a normal return: that would read as success
         await asyncio.wait_for(runner(attempt(1, True)), 30)  # holds the lease before the launch, lost it right after
-    pods = await pods_of_run(kube, spec.namespace, run_name(spec.name, SLOT))
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    assert live == [], [p["metadata"]["name"] for p in live]
+    assert await _live(kube, spec) == [run_name(spec.name, SLOT)]
+    backup = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(attempt(2, *([True] * 50))))
+    await asyncio.sleep(2)
+    assert await _live(kube, spec) == [run_name(spec.name, SLOT)], "adopted, never launched beside"
+    backup.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await backup
+
+
+async def test_a_pod_launched_as_the_run_ended_in_the_store_is_deleted(kube: Kube, spec: JobSpec) -> None:
+    """Given up (or ended) while this attempt was launching: nobody would follow its Pod, so it goes."""
+    ctx = attempt(1, True)
+    script = ctx.confirm
+
+    async def confirm() -> bool:
+        if await script():
+            return True
+        ctx.request_stop(ENDED)  # what the engine says when the store shows the run over
+        return False
+
+    ctx.confirm = confirm
+    with pytest.raises(RunInterrupted, match="ended"):
+        await asyncio.wait_for(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx), 30)
+    assert await _live(kube, spec) == []
 
 
 async def test_an_attempt_whose_run_a_later_attempt_owns_launches_nothing(kube: Kube, spec: JobSpec) -> None:

@@ -34,6 +34,9 @@ LEASE_LOST = "lease lost"
 #: Fenced because a newer run replaced this one (overlap Replace): the run is over for good,
 #: so its runner may clean up after itself (nobody will take the run over).
 REPLACED = "replaced"
+#: Fenced because the run is over in the store (given up, or ended by another attempt):
+#: nobody will take it over, so whatever this attempt just started has nobody to follow it.
+ENDED = "ended"
 #: How the release of an attempt handed over on shutdown begins. A backup does not count
 #: such an attempt against maxAttempts: a rolling update must never use up a run's tries.
 HANDED_OVER = "handed over"
@@ -114,8 +117,10 @@ class AttemptRunner:
             return False
         if run is None and await self._reclaim():
             return True
-        replaced = run is not None and not run.state.active and (run.error or "").startswith(REPLACED_BY)
-        self._fence(REPLACED if replaced else FENCED)
+        if run is None or run.state.active:
+            self._fence(FENCED)
+        else:
+            self._fence(REPLACED if (run.error or "").startswith(REPLACED_BY) else ENDED)
         return False
 
     async def _reclaim(self) -> bool:

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..engine import RunContext, RunFailed, RunInterrupted
-from ..engine.attempt import FENCED, REPLACED, SHUTDOWN, TIMEOUT
+from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN, TIMEOUT
 from . import runs
 from .client import ApiException, Kube, transient
 from .events import EventPoster
@@ -118,22 +118,25 @@ class PodRunner:
             )
             return keep
         await _confirm(ctx)
+        pod = pod_name(name)
         for lost in existing:
             # Lost Pods are terminal (evicted, their node shut down): nothing of them runs.
             await delete_pod(self.kube, spec.namespace, lost.name, grace_seconds=0)
-        pod = pod_name(name, ctx.attempt)
         await self._start_attempt(ctx, spec, name, pod)
         body = build_pod(
             spec, run=name, pod=pod, slot=ctx.slot, attempt=ctx.attempt, instance=ctx.instance, run_uid=run_uid or None
         )
-        created, new = await create_pod(self.kube, body)
-        # The Pod bears this attempt's name, so an AlreadyExists is our own create whose reply
-        # was lost: either way, check that we still hold the run now that the Pod exists.
+        while True:
+            created, new = await create_pod(self.kube, body)
+            if new or fate_of(created).fate is not PodFate.LOST:
+                break
+            # The lost Pod deleted above is not gone yet and holds the run's one name.
+            await self._until_gone(ctx, spec, pod)
+        # AlreadyExists is our own create whose reply was lost, or another attempt's Pod (a
+        # backup launched while we were frozen before our create): either way it is the run's
+        # one Pod, never a second. Now that it exists, check that we still hold the run.
         if not await ctx.confirm():
-            # Frozen between the checks above and the create, past the lease: a backup may
-            # have launched the next attempt's Pod meanwhile. Ours must not run beside it.
-            log.warning("%s attempt %d was fenced while launching: deleting its Pod %s", name, ctx.attempt, pod)
-            await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
+            await self._fenced_after_launch(ctx, spec, name, pod, new)
             raise _fenced(ctx)
         if new and self.on_launch is not None:
             self.on_launch(ctx)
@@ -143,6 +146,29 @@ class PodRunner:
             message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}",
         )
         return fate_of(created)
+
+    async def _fenced_after_launch(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, new: bool) -> None:
+        """Fenced with the run's Pod just created (frozen past the lease between check and create).
+
+        If another attempt holds the run, the Pod is left to it: it adopts the run's one Pod.
+        If the run is over in the store, nobody would follow a Pod we started: it goes.
+        """
+        if ctx.stop_reason == REPLACED:
+            await end_replaced(self.kube, spec.namespace, name, [pod], "replaced by a newer run (overlap Replace)")
+        elif ctx.stop_reason == ENDED and new:
+            log.warning("%s attempt %d: the run ended while it launched: deleting its Pod %s", name, ctx.attempt, pod)
+            await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
+        else:
+            log.warning("%s attempt %d fenced while launching: Pod %s left to the holder", name, ctx.attempt, pod)
+
+    async def _until_gone(self, ctx: RunContext, spec: JobSpec, pod: str) -> None:
+        while True:
+            with interest_in(self.pod_watch, spec.namespace, pod) as changed:
+                if await read_pod(self.kube, spec.namespace, pod) is None:
+                    return
+                await self._wait(ctx, changed)
+            if ctx.stop.is_set():
+                raise _fenced(ctx) if ctx.stop_reason != SHUTDOWN else RunInterrupted(f"{ctx.instance} stopping")
 
     async def _start_attempt(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
         await self._write(

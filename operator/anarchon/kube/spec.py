@@ -30,8 +30,8 @@ from anarchon.engine.model import CatchUp, Overlap
 from anarchon.engine.schedule import Cron, Schedule, cron, every
 from anarchon.kube.constants import LABEL_PREFIX
 
-#: Longest AnarchonJob name. Pod names are ``<job>-<slot>-a<attempt>``: 40 + 1 + 13 digits (a
-#: slot in ms) + 4 (``-a10``) = 58, within the 63 characters of a DNS label (Pod hostnames).
+#: Longest AnarchonJob name. Run (and Pod) names are ``<job>-<slot>``: 40 + 1 + 13 digits (a
+#: slot in ms) = 54, within the 63 characters of a DNS label (Pod hostnames).
 MAX_JOB_NAME_LENGTH: Final = 40
 MIN_ATTEMPTS: Final = 1
 MAX_ATTEMPTS: Final = 10
@@ -313,7 +313,7 @@ def _parse_template(spec: Mapping[str, Any], r: _Reader) -> dict[str, Any] | Non
         r.error(
             "spec.template.spec.restartPolicy",
             f"must be Never or unset, got {_show(restart)}: Anarchon forces Never, because a failed"
-            " container fails the run and a retry after an interruption is a new attempt in a new Pod",
+            " container fails the run and a retry after an interruption is a new attempt that launches the Pod again",
         )
 
     out_spec: dict[str, Any] = _plain(pod_spec)
@@ -417,11 +417,14 @@ def run_name(job_name: str, slot_ms: int) -> str:
     return f"{job_name}-{slot_ms // 1000}" if slot_ms % 1000 == 0 else f"{job_name}-{slot_ms}"
 
 
-def pod_name(run_name: str, attempt: int) -> str:
-    """The Pod of one attempt: ``<run>-a<attempt>``; a new attempt is always a new Pod."""
-    if attempt < 1:
-        raise ValueError(f"attempt must be at least 1, got {attempt}")
-    return f"{run_name}-a{attempt}"
+def pod_name(run_name: str) -> str:
+    """The Pod of a run: the run's own name, whichever attempt launches it.
+
+    One name per run makes the API server the last fence: a runner that froze between its
+    last lease check and its create, long enough for a backup to launch, gets AlreadyExists
+    and adopts that Pod; it can never start a second one beside it.
+    """
+    return run_name
 
 
 def engine_key(namespace: str, name: str, uid: str) -> str:
