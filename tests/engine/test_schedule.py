@@ -476,3 +476,11 @@ def test_dst_rule_holds_every_year(tz: str) -> None:
                     around = list(slots_between(daily, change - 3 * 86_400_000, change + 3 * 86_400_000))
                     days = Counter(datetime.fromtimestamp(s / 1000, UTC).astimezone(zone).date() for s in around)
                     assert set(days.values()) == {1} and middle <= days.keys(), (tz, daily, local(daily, around))
+
+
+def test_one_value_range_means_that_value() -> None:
+    """croniter alone reads ``1-1`` as a full turn (every day); the reference found it."""
+    assert utc(cron("0 9 * * 1-1").next_after(ms(2026, 12, 1))) == "2026-12-07T09:00:00"  # a Monday
+    # Also after a skipped hour: 02:xx does not exist on 2026-03-29 in Paris, the next is a day later.
+    sched = cron("*/30 2-2 * * *", "Europe/Paris")
+    assert local(sched, [sched.next_after(ms(2026, 3, 29))]) == ["03-30 02:00+0200"]

@@ -151,7 +151,7 @@ class Cron:
         The count is what a test bounds: the work is a few candidates, never a walk through
         every slot of an hour.
         """
-        now = (_EPOCH + timedelta(milliseconds=t_ms)).astimezone(self._zone)
+        now = self._local(t_ms)
         wall = now.replace(tzinfo=None, fold=0)
         steps = [0]
         slot = self._scan(wall, t_ms, steps)
@@ -160,8 +160,8 @@ class Cron:
             # t is in the first pass of a repeated hour: the second pass, from the start of the
             # repeated times, may hold an earlier slot than the times still ahead on this pass.
             change = self._change(u0, u1)
-            repeat_from = (_EPOCH + timedelta(milliseconds=change)).astimezone(self._zone)
-            slot = min(slot, self._scan(repeat_from.replace(tzinfo=None) - _TINY, t_ms, steps))
+            repeat_from = self._local(change).replace(tzinfo=None)
+            slot = min(slot, self._scan(repeat_from - _TINY, t_ms, steps))
         return slot, steps[0]
 
     def _scan(self, after: datetime, t_ms: int, steps: list[int]) -> int:
@@ -171,9 +171,7 @@ class Cron:
         :meth:`_search` arranges.
         """
         limit = after + _CYCLE
-        walk = croniter(
-            self._croniter_expression, after, max_years_between_matches=_CYCLE_YEARS, second_at_beginning=self._six
-        )
+        walk = self._walk(after)
         while True:
             try:
                 wall: datetime = walk.get_next(datetime)
@@ -196,15 +194,19 @@ class Cron:
                 change = self._change(u1, u0)
                 if not self._periodic and change > t_ms:
                     return change
-                resume = (_EPOCH + timedelta(milliseconds=change)).astimezone(self._zone).replace(tzinfo=None)
-                walk = croniter(
-                    self.expression,
-                    resume - _TINY,
-                    max_years_between_matches=_CYCLE_YEARS,
-                    second_at_beginning=self._six,
-                )
+                walk = self._walk(self._local(change).replace(tzinfo=None) - _TINY)
             elif u0 > t_ms:
                 return u0
+
+    def _walk(self, after: datetime) -> croniter:
+        """The matching wall-clock times after ``after``, in order."""
+        return croniter(
+            self._croniter_expression, after, max_years_between_matches=_CYCLE_YEARS, second_at_beginning=self._six
+        )
+
+    def _local(self, t_ms: int) -> datetime:
+        """The instant ``t_ms`` on the zone's wall clock (aware; fold 1 in the second pass of a repeated time)."""
+        return (_EPOCH + timedelta(milliseconds=t_ms)).astimezone(self._zone)
 
     def _instants(self, wall: datetime) -> tuple[int, int]:
         """``wall``'s instants read with fold 0 and fold 1: equal if the time happens once,
@@ -212,7 +214,7 @@ class Cron:
         return _ms(wall.replace(tzinfo=self._zone, fold=0)), _ms(wall.replace(tzinfo=self._zone, fold=1))
 
     def _offset(self, t_ms: int) -> timedelta | None:
-        return (_EPOCH + timedelta(milliseconds=t_ms)).astimezone(self._zone).utcoffset()
+        return self._local(t_ms).utcoffset()
 
     def _change(self, lo: int, hi: int) -> int:
         """The instant in ``(lo, hi]`` at which the zone's offset changes (one change there)."""
