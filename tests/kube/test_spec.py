@@ -243,6 +243,12 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("every negative", {"every": "-10s"}, "spec.every: cannot parse"),
     ("every with a zone", {"timeZone": "Europe/Paris"}, "spec.timeZone: must be UTC or unset with every"),
     ("bad cron values", {"every": None, "cron": "61 * * * *"}, "spec.cron: '61 * * * *' is not a valid cron"),
+    ("impossible cron", {"every": None, "cron": "0 0 30 2 *"}, "spec.cron: '0 0 30 2 *' never fires: no date"),
+    (
+        "cron skipped by DST",
+        {"every": None, "cron": "*/5 2 * 3 0#5", "timeZone": "Europe/Paris"},
+        "spec.cron: '*/5 2 * 3 0#5' never fires in Europe/Paris",
+    ),
     ("cron with 4 fields", {"every": None, "cron": "0 8 * *"}, "spec.cron: '0 8 * *' is not a cron expression"),
     ("cron with 7 fields", {"every": None, "cron": "0 0 8 * * * 2026"}, "spec.cron: '0 0 8 * * * 2026' is not"),
     ("cron macro", {"every": None, "cron": "@hourly"}, "spec.cron: '@hourly' is not a cron expression"),

@@ -26,10 +26,26 @@ from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
 from .retry import Backoff, retry
-from .schedule import slots_between
+from .schedule import Schedule, slots_between
 
 log = logging.getLogger("anarchon.engine.jobloop")
 T = TypeVar("T")
+#: Slots computed between two yields to the event loop while listing missed slots.
+_SLOTS_PER_YIELD = 256
+
+
+async def _slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> list[int]:
+    """:func:`slots_between` as a list, letting other tasks run every few hundred slots.
+
+    A long catch-up window of a frequent schedule holds thousands of slots (3600 in an hour
+    of ``* * * * * *``): listed in one go, they would stall heartbeats and the health probe.
+    """
+    slots: list[int] = []
+    for slot in slots_between(schedule, after_ms, until_ms):
+        slots.append(slot)
+        if len(slots) % _SLOTS_PER_YIELD == 0:
+            await asyncio.sleep(0)
+    return slots
 
 
 class JobLoop:
@@ -153,7 +169,7 @@ class JobLoop:
             # the slots slept through are missed slots and follow the catch-up policy, never
             # fire all at once. Only the newest of them is simply due.
             now = self.clock.now_ms()
-            due = list(slots_between(job.schedule, cursor, now)) or [slot]
+            due = await _slots_between(job.schedule, cursor, now) or [slot]
             cursor = due[-1]
             if len(due) > 1:
                 self._catch_up(due[:-1], "slept through")
@@ -197,7 +213,7 @@ class JobLoop:
         if last is None:
             return now  # no history of this job: nothing was missed
         base = max(last, since - 1, now - opts.catch_up_window_ms)
-        self._catch_up(list(slots_between(job.schedule, base, now)), "missed while no instance ran")
+        self._catch_up(await _slots_between(job.schedule, base, now), "missed while no instance ran")
         return now
 
     def _catch_up(self, missed: list[int], why: str) -> None:

@@ -275,7 +275,13 @@ def _parse_cron(value: Any, tz: str | None, r: _Reader) -> Schedule | None:
     except ScheduleError as exc:
         r.error("spec.cron", str(exc).removeprefix("cron: "))
         return None
-    return cron(normalized, tz) if tz is not None else None
+    if tz is None:
+        return None
+    try:
+        return cron(normalized, tz)  # may still never fire there: every time it names skipped by DST
+    except ScheduleError as exc:
+        r.error("spec.cron", str(exc).removeprefix("cron: "))
+        return None
 
 
 def _parse_template(spec: Mapping[str, Any], r: _Reader) -> dict[str, Any] | None:

@@ -1,0 +1,68 @@
+"""Listing the slots missed over a long catch-up window must not stall the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from anarchon.engine import ScaledClock, Scheduler, cron
+from anarchon.engine.backend import ClaimRequest, LeaseBackend
+from anarchon.engine.backends import from_url
+from anarchon.engine.model import Overlap, new_token
+from anarchon.engine.schedule import Cron
+
+from .harness import HOUR_MS, Calls, Recorder, wait_for
+
+
+class Counted:
+    """A real cron schedule that counts how often it is asked for a slot."""
+
+    def __init__(self, inner: Cron) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def next_after(self, t_ms: int) -> int:
+        self.calls += 1
+        return self.inner.next_after(t_ms)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+
+async def test_catch_up_over_an_hour_of_seconds_lets_other_tasks_run(tmp_path: Path, job_name: str) -> None:
+    t0 = 1_800_000_000_000
+    schedule = Counted(cron("* * * * * *"))
+    backend = from_url(f"sqlite://{tmp_path / 'store.db'}")
+    assert isinstance(backend, LeaseBackend)
+    await backend.setup()
+    # The job last ran at t0, then no instance ran it for an hour: 3600 slots were missed.
+    await backend.schedule_since(job_name, schedule.fingerprint, t0 - 1000)
+    await backend.claim(ClaimRequest(job_name, t0, "one", new_token(), t0, 1000, Overlap.ALLOW))
+    clock = ScaledClock(1.0, start_ms=t0 + HOUR_MS + 500)
+    recorder = Recorder()
+    two = Scheduler(backend, instance_id="two", clock=clock, listener=recorder)
+    calls = Calls(clock)
+    two.schedule(job_name, schedule, calls.handler(), jitter=0, overlap="Allow", catch_up="Latest")
+
+    most = 0  # most slots computed between two turns of another task
+
+    async def other_task() -> None:
+        nonlocal most
+        seen = schedule.calls
+        while True:
+            await asyncio.sleep(0)
+            most = max(most, schedule.calls - seen)
+            seen = schedule.calls
+
+    other = asyncio.create_task(other_task())
+    try:
+        await two.start()
+        await wait_for(lambda: len(recorder.of("missed")) >= 3599, what="the missed slots")
+    finally:
+        await two.stop()
+        await backend.close()
+        other.cancel()
+    assert schedule.calls >= 3600
+    print(f"next_after calls: {schedule.calls}, most between two turns of another task: {most}")
+    assert most <= 300, most
