@@ -88,7 +88,10 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if parse_trigger(at) is None:
-        print(f"anarchon trigger: --at {at!r} is neither an RFC3339 time nor ms since the epoch", file=sys.stderr)
+        print(
+            f"anarchon trigger: --at {at!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)",
+            file=sys.stderr,
+        )
         return 2
     namespace = args.namespace or _default_namespace(args.kubeconfig)
 
