@@ -44,6 +44,8 @@ def _setup_logging(fmt: str, level: str) -> None:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
+    from .engine import ConfigError
+    from .kube.client import CredentialsError
     from .kube.main import OperatorConfig, run_operator
 
     _setup_logging(args.log_format, args.log_level)
@@ -58,7 +60,13 @@ def cmd_operator(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
     )
-    asyncio.run(run_operator(cfg))
+    try:
+        asyncio.run(run_operator(cfg))
+    except (ConfigError, CredentialsError) as exc:
+        # A setting that cannot work: one line saying which, no traceback, no retry (exit 2,
+        # like a usage error), so that a crash-looping Pod shows the cause in its last log line.
+        print(f"anarchon operator: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -82,18 +90,25 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
     Through the API (no kubectl needed, so it also works from the operator's image).
     """
-    from .kube.client import ApiException, connect
+    from .kube.client import ApiException, CredentialsError, connect
     from .kube.constants import ANNOTATION_TRIGGER
     from .kube.triggers import parse_trigger
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if parse_trigger(at) is None:
-        print(f"anarchon trigger: --at {at!r} is neither an RFC3339 time nor ms since the epoch", file=sys.stderr)
+        print(
+            f"anarchon trigger: --at {at!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)",
+            file=sys.stderr,
+        )
         return 2
     namespace = args.namespace or _default_namespace(args.kubeconfig)
 
     async def annotate() -> int:
-        kube = await connect(args.kubeconfig)
+        try:
+            kube = await connect(args.kubeconfig)
+        except CredentialsError as exc:
+            print(f"anarchon trigger: {exc}", file=sys.stderr)
+            return 2
         try:
             await kube.annotate_job(namespace, args.job, {ANNOTATION_TRIGGER: at})
         except ApiException as exc:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from controlplane import ControlPlane
 
+from anarchon.engine import limits as L
 from anarchon.kube import constants as C
 from anarchon.kube import spec as S
 from anarchon.kube.spec import SpecError, parse_job
@@ -95,6 +96,16 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     assert (props["maxAttempts"]["minimum"], props["maxAttempts"]["maximum"]) == (S.MIN_ATTEMPTS, S.MAX_ATTEMPTS)
     assert props["overlap"]["enum"] == ["Skip", "Allow", "Replace"]
     assert props["catchUp"]["properties"]["policy"]["enum"] == ["None", "Latest", "All"]
+
+    # The bounds of anarchon.engine.limits, as the CEL rules write them (in ms).
+    def rules(node: dict[str, Any]) -> str:
+        return " ".join(r["rule"] for r in node.get("x-kubernetes-validations", []))
+
+    assert f">= {L.MIN_EVERY_MS}" in rules(props["every"])
+    assert f">= {L.MIN_HEARTBEAT_MS}" in rules(props["heartbeat"])
+    assert f">= {L.MIN_TIMEOUT_MS}" in rules(props["timeout"])
+    assert f"<= {L.MAX_JITTER_MS}" in rules(props["jitter"])
+    assert f">= {L.MIN_LEASE_HEARTBEATS} * (" in rules(JOB_SPEC_SCHEMA)
     root_rules = schema(JOB_CRD)["x-kubernetes-validations"]
     assert any(f"size() <= {S.MAX_JOB_NAME_LENGTH}" in r["rule"] for r in root_rules)
 
@@ -262,7 +273,7 @@ def test_status_is_pruned_on_create_and_written_through_the_subresource(crds: Co
     assert "status" not in created or "activeCount" not in created["status"]
 
 
-LEASE = "spec.lease must be longer than spec.heartbeat"
+LEASE = "spec.lease must be at least 2 heartbeats"
 CONTAINERS = "spec.template.spec.containers"
 
 
@@ -280,9 +291,15 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("upper-case-unit", {"jitter": "1S"}, "j", ["spec.jitter", "should match"]),
     ("units-out-of-order", {"every": "30m1h"}, "j", ["spec.every", "should match"]),
     ("empty-duration", {"timeout": ""}, "j", ["spec.timeout", "at least 1 chars long"]),
-    ("every-zero", {"every": "0m"}, "j", ["spec.every must be longer than 0"]),
-    ("heartbeat-zero", {"heartbeat": "0s"}, "j", ["spec.heartbeat must be longer than 0"]),
-    ("timeout-zero", {"timeout": "0ms"}, "j", ["spec.timeout must be longer than 0"]),
+    ("every-zero", {"every": "0m"}, "j", ["spec.every must be at least 1s"]),
+    ("every-10ms", {"every": "10ms"}, "j", ["spec.every must be at least 1s", "finest cron grain"]),
+    ("every-999ms", {"every": "999ms"}, "j", ["spec.every must be at least 1s"]),
+    ("heartbeat-zero", {"heartbeat": "0s"}, "j", ["spec.heartbeat must be at least 500ms"]),
+    ("heartbeat-1ms", {"heartbeat": "1ms", "lease": "2ms"}, "j", ["spec.heartbeat must be at least 500ms", "store"]),
+    ("timeout-zero", {"timeout": "0ms"}, "j", ["spec.timeout must be at least 1s"]),
+    ("timeout-10ms", {"timeout": "10ms"}, "j", ["spec.timeout must be at least 1s", "activeDeadlineSeconds"]),
+    ("jitter-over-1h", {"jitter": "1h1ms"}, "j", ["spec.jitter must be at most 1h"]),
+    ("jitter-in-days", {"jitter": "1d"}, "j", ["spec.jitter must be at most 1h"]),
     ("every-with-zone", {"timeZone": "Europe/Paris"}, "j", ["spec.timeZone must be UTC or unset with spec.every"]),
     ("bad-zone-shape", {"every": None, "cron": "0 8 * * *", "timeZone": "Paris, France"}, "j", ["spec.timeZone"]),
     ("cron-4-fields", {"every": None, "cron": "0 8 * *"}, "j", ["spec.cron", "should match"]),
@@ -297,6 +314,8 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("catchup-policy", {"catchUp": {"policy": "Most"}}, "j", ["spec.catchUp.policy", "Unsupported value"]),
     ("lease-below-heartbeat", {"heartbeat": "10s", "lease": "9s"}, "j", [LEASE]),
     ("lease-equal-heartbeat", {"heartbeat": "1m", "lease": "60s"}, "j", [LEASE]),
+    ("lease-heartbeat-plus-1ms", {"heartbeat": "5s", "lease": "5s1ms"}, "j", [LEASE, "late heartbeat"]),
+    ("lease-below-2-heartbeats", {"heartbeat": "1s", "lease": "1s999ms"}, "j", [LEASE]),
     ("lease-below-default-heartbeat", {"lease": "3s"}, "j", [LEASE]),
     ("lease-days-below-heartbeat", {"heartbeat": "1d", "lease": "23h"}, "j", [LEASE]),
     ("lease-overflows-cel", {"lease": "99999999999999999d"}, "j", ["integer overflow", LEASE]),
@@ -370,25 +389,26 @@ def _messages(body: dict[str, Any], namespace: str) -> list[str]:
     ("heartbeat", "lease", "accepted"),
     [
         ("1h", "1d", True),
-        ("1d", "1d1ms", True),
+        ("1d", "2d", True),
         ("12h", "1d", True),
-        ("1d", "23h59m59s999ms", False),
+        ("1d12h", "72h", True),
+        ("1d", "1d23h59m59s999ms", False),
         ("1d", "1d", False),
-        ("1d12h", "36h", False),
-        ("2d", "1d23h", False),
-        ("25h", "1d", False),
+        ("1d12h", "71h", False),
+        ("2d", "3d23h", False),
+        ("25h", "2d", False),
     ],
 )
 def test_lease_and_heartbeat_in_days_are_compared_by_cel(
     crds: ControlPlane, namespace: str, heartbeat: str, lease: str, accepted: bool
 ) -> None:
-    """CEL's duration() has no 'd'; the rule turns a leading <n>d into hours. The parser agrees."""
+    """CEL's duration() has no 'd'; the rule turns a leading <n>d into ms by hand. The parser agrees."""
     body = job("days", heartbeat=heartbeat, lease=lease)
     res = create(crds, namespace, body, check=False)
     assert (res.returncode == 0) is accepted, res.stderr
     if not accepted:
         assert LEASE in res.stderr, res.stderr
-        assert _messages(body, namespace)[0].startswith("spec.lease: must be longer than spec.heartbeat")
+        assert _messages(body, namespace)[0].startswith("spec.lease: must be at least 2 heartbeats")
     else:
         assert parse_job(json.loads(res.stdout)).options.lease_ms is not None
 

@@ -173,8 +173,18 @@ def test_durations_in_days() -> None:
     """Days count 24 hours, in every field and in the lease/heartbeat comparison."""
     assert parse_job(body({"heartbeat": "1h", "lease": "1d"})).options.lease_ms == 86_400_000
     assert parse_job(body({"every": "1d12h30m15s250ms"})).schedule == Every(131_415_250)
-    msgs = errors_of(body({"heartbeat": "1d", "lease": "23h"}))
-    assert len(msgs) == 1 and msgs[0].startswith("spec.lease: must be longer than spec.heartbeat")
+    assert parse_job(body({"heartbeat": "12h", "lease": "1d"})).options.lease_ms == 86_400_000
+    msgs = errors_of(body({"heartbeat": "1d", "lease": "47h"}))
+    assert len(msgs) == 1 and msgs[0].startswith("spec.lease: must be at least 2 heartbeats (2d with")
+
+
+def test_the_smallest_and_largest_accepted_values() -> None:
+    """Each bound of anarchon.engine.limits is inclusive: the limit itself runs."""
+    job = parse_job(body({"every": "1s", "heartbeat": "500ms", "lease": "1s", "timeout": "1s", "jitter": "1h"}))
+    o = job.options
+    assert job.schedule == Every(1_000)
+    assert (o.heartbeat_ms, o.lease_ms, o.timeout_ms, o.jitter_ms) == (500, 1_000, 1_000, 3_600_000)
+    assert parse_job(body({"heartbeat": "500ms"})).options.effective_lease_ms == 1_500  # the default: 3 heartbeats
 
 
 def test_accepts_read_only_mapping_views() -> None:
@@ -230,8 +240,10 @@ def test_restart_policy_other_than_never_is_rejected(policy: str) -> None:
 BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("both schedules", {"cron": "0 8 * * *"}, "spec: set exactly one of every and cron"),
     ("no schedule", {"every": None}, "spec: set one of every"),
-    ("every = 0", {"every": "0s"}, "spec.every: must be longer than 0"),
-    ("every = 0 in ms and days", {"every": "0d0ms"}, "spec.every: must be longer than 0"),
+    ("every = 0", {"every": "0s"}, "spec.every: must be at least 1s, got '0s': the finest cron grain"),
+    ("every = 0 in ms and days", {"every": "0d0ms"}, "spec.every: must be at least 1s, got '0d0ms'"),
+    ("every = 10ms", {"every": "10ms"}, "spec.every: must be at least 1s, got '10ms'"),
+    ("every = 999ms", {"every": "999ms"}, "spec.every: must be at least 1s, got '999ms'"),
     ("every not a duration", {"every": "ten seconds"}, "spec.every: cannot parse"),
     ("every upper case", {"every": "10S"}, "spec.every: cannot parse"),
     ("units out of order", {"every": "30m1h"}, "spec.every: cannot parse"),
@@ -257,9 +269,17 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("zone path", {"every": None, "cron": "0 8 * * *", "timeZone": "../etc/passwd"}, "spec.timeZone: '../etc"),
     ("bad jitter", {"jitter": "x"}, "spec.jitter: cannot parse 'x'"),
     ("bad heartbeat", {"heartbeat": "5 s"}, "spec.heartbeat: cannot parse"),
-    ("zero heartbeat", {"heartbeat": "0s"}, "spec.heartbeat: must be longer than 0"),
-    ("lease = heartbeat", {"heartbeat": "5s", "lease": "5s"}, "spec.lease: must be longer than spec.heartbeat"),
-    ("lease < default heartbeat", {"lease": "3s"}, "spec.lease: must be longer than spec.heartbeat (3s <= 5s)"),
+    ("zero heartbeat", {"heartbeat": "0s"}, "spec.heartbeat: must be at least 500ms, got '0s': each heartbeat"),
+    ("heartbeat = 1ms", {"heartbeat": "1ms", "lease": "1s"}, "spec.heartbeat: must be at least 500ms, got '1ms'"),
+    ("heartbeat = 499ms", {"heartbeat": "499ms"}, "spec.heartbeat: must be at least 500ms, got '499ms'"),
+    ("lease = heartbeat", {"heartbeat": "5s", "lease": "5s"}, "spec.lease: must be at least 2 heartbeats (10s"),
+    ("lease = heartbeat + 1ms", {"heartbeat": "5s", "lease": "5s1ms"}, "spec.lease: must be at least 2 heartbeats"),
+    (
+        "lease < 2 default heartbeats",
+        {"lease": "9s999ms"},
+        "spec.lease: must be at least 2 heartbeats (10s with spec.heartbeat 5s), got '9s999ms': with less, one late",
+    ),
+    ("jitter > 1h", {"jitter": "1h1ms"}, "spec.jitter: must be at most 1h, got '1h1ms': it delays"),
     ("bad lease", {"lease": "long"}, "spec.lease: cannot parse"),
     ("overlap", {"overlap": "Sometimes"}, "spec.overlap: must be one of Skip, Allow, Replace, got 'Sometimes'"),
     ("overlap case", {"overlap": "skip"}, "spec.overlap: must be one of"),
@@ -271,7 +291,8 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("maxAttempts 11", {"maxAttempts": 11}, "spec.maxAttempts: must be between 1 and 10, got 11"),
     ("maxAttempts text", {"maxAttempts": "3"}, "spec.maxAttempts: expected an integer"),
     ("maxAttempts bool", {"maxAttempts": True}, "spec.maxAttempts: expected an integer"),
-    ("timeout zero", {"timeout": "0s"}, "spec.timeout: must be longer than 0"),
+    ("timeout zero", {"timeout": "0s"}, "spec.timeout: must be at least 1s, got '0s'"),
+    ("timeout = 10ms", {"timeout": "10ms"}, "spec.timeout: must be at least 1s, got '10ms': it becomes the Pod's"),
     ("timeout bad", {"timeout": "1y"}, "spec.timeout: cannot parse"),
     ("suspend text", {"suspend": "yes"}, "spec.suspend: expected true or false"),
     ("successful history", {"successfulRunsHistoryLimit": -1}, "spec.successfulRunsHistoryLimit: must be at least 0"),

@@ -9,9 +9,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .backend import Backend
+from .durations import format_duration
 from .errors import ConfigError
+from .limits import (
+    MAX_ATTEMPTS,
+    MAX_JITTER_MS,
+    MIN_ATTEMPTS,
+    MIN_EVERY_MS,
+    MIN_HEARTBEAT_MS,
+    MIN_LEASE_HEARTBEATS,
+    MIN_TIMEOUT_MS,
+)
 from .model import Attempt, CatchUp, Cause, Overlap, Run
-from .schedule import Schedule
+from .schedule import Every, Schedule
 
 
 async def _always_yours() -> bool:
@@ -131,26 +141,43 @@ class ResolvedOptions:
     leases: bool
 
 
+def _ms(ms: int) -> str:
+    """A duration for a message: its short form, or the raw number when it is negative."""
+    return format_duration(ms) if ms >= 0 else f"{ms} ms"
+
+
 def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") -> ResolvedOptions:
     """Check ``options`` against what ``backend`` can honour and fill in the defaults."""
     leases = backend.capabilities.leases
     store = backend.capabilities.name
-    if options.heartbeat_ms <= 0:
-        raise ConfigError(f"{job}: heartbeat must be positive")
-    lease_ms = options.effective_lease_ms
-    if leases and lease_ms <= options.heartbeat_ms:
+    if options.heartbeat_ms < MIN_HEARTBEAT_MS:
         raise ConfigError(
-            f"{job}: the lease ({lease_ms} ms) must be longer than the heartbeat ({options.heartbeat_ms} ms),"
-            " or every heartbeat would arrive after the lease ran out; use at least 2 heartbeats"
+            f"{job}: heartbeat must be at least {format_duration(MIN_HEARTBEAT_MS)}, got {_ms(options.heartbeat_ms)}:"
+            " each heartbeat is a store write per running attempt"
         )
-    if options.jitter_ms < 0:
-        raise ConfigError(f"{job}: jitter must not be negative")
-    if options.max_attempts is not None and options.max_attempts < 1:
-        raise ConfigError(f"{job}: maxAttempts must be at least 1")
-    if options.timeout_ms is not None and options.timeout_ms <= 0:
-        raise ConfigError(f"{job}: timeout must be positive")
+    lease_ms = options.effective_lease_ms
+    if leases and lease_ms < MIN_LEASE_HEARTBEATS * options.heartbeat_ms:
+        raise ConfigError(
+            f"{job}: the lease ({_ms(lease_ms)}) must last at least {MIN_LEASE_HEARTBEATS} heartbeats"
+            f" ({_ms(MIN_LEASE_HEARTBEATS * options.heartbeat_ms)}): with less, one late heartbeat lets it run out"
+            " under a live runner and a backup takes over a run that was fine"
+        )
+    if not 0 <= options.jitter_ms <= MAX_JITTER_MS:
+        raise ConfigError(
+            f"{job}: jitter must be between 0 and {format_duration(MAX_JITTER_MS)}, got {_ms(options.jitter_ms)}:"
+            " it delays every run's start by up to its value"
+        )
+    if options.max_attempts is not None and not MIN_ATTEMPTS <= options.max_attempts <= MAX_ATTEMPTS:
+        raise ConfigError(f"{job}: maxAttempts must be between {MIN_ATTEMPTS} and {MAX_ATTEMPTS}")
+    if options.timeout_ms is not None and options.timeout_ms < MIN_TIMEOUT_MS:
+        raise ConfigError(
+            f"{job}: timeout must be at least {format_duration(MIN_TIMEOUT_MS)}, got {_ms(options.timeout_ms)}:"
+            " a shorter one fails every attempt before its work can start"
+        )
     if options.starting_deadline_ms is not None and options.starting_deadline_ms < 0:
         raise ConfigError(f"{job}: startingDeadline must not be negative")
+    if options.catch_up_window_ms < 0:
+        raise ConfigError(f"{job}: the catch-up window must not be negative")
     if not leases:
         refused = []
         if options.overlap not in (None, Overlap.ALLOW):
@@ -201,6 +228,12 @@ class Job:
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200 or any(c.isspace() for c in self.name):
             raise ConfigError(f"job name {self.name!r}: use 1 to 200 characters without spaces")
+        if isinstance(self.schedule, Every) and self.schedule.period_ms < MIN_EVERY_MS:
+            raise ConfigError(
+                f"{self.name}: every must be at least {format_duration(MIN_EVERY_MS)},"
+                f" got {format_duration(self.schedule.period_ms)}: the finest cron grain is one second too,"
+                " and each slot costs a claim in the store"
+            )
 
     def with_options(self, **changes: object) -> Job:
         return dataclasses.replace(self, options=dataclasses.replace(self.options, **changes))  # type: ignore[arg-type]

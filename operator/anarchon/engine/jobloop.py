@@ -21,9 +21,10 @@ from typing import TypeVar
 from .attempt import HANDED_OVER, SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .clock import Clock
-from .errors import StoreError, is_store_error
+from .errors import ConfigError, StoreError, is_store_error
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
+from .limits import MAX_SLOT_MS, MIN_SLOT_MS
 from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
 from .retry import Backoff, retry
 from .schedule import Schedule, slots_between
@@ -130,8 +131,17 @@ class JobLoop:
         self._main.clear()
 
     async def trigger(self, slot: int | None = None) -> ClaimResult:
-        """Claim (and run, if won) a run now, outside the schedule: a manual trigger."""
+        """Claim (and run, if won) a run now, outside the schedule: a manual trigger.
+
+        A slot no store can hold is refused here, with a :class:`ConfigError`, rather than
+        sent: the store would fail on it (PostgreSQL: bigint out of range) on every retry.
+        """
         slot = self.clock.now_ms() if slot is None else slot
+        if not MIN_SLOT_MS <= slot <= MAX_SLOT_MS:
+            raise ConfigError(
+                f"{self._job.name}: slot {slot} is out of range: slots are ms since 1970-01-01T00:00:00Z,"
+                f" from {MIN_SLOT_MS} to {MAX_SLOT_MS} (the end of year 9999)"
+            )
         result = await self._claim(slot)
         self._report_skip(slot, result, Cause.MANUAL)  # overlap applies to manual runs too
         if result.won and result.run is not None:

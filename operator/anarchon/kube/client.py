@@ -39,6 +39,7 @@ __all__ = [
     "RUNS",
     "VERSION",
     "ApiException",
+    "CredentialsError",
     "Kube",
     "call",
     "connect",
@@ -117,16 +118,34 @@ class Kube:
         )
 
 
+class CredentialsError(Exception):
+    """No usable Kubernetes credentials: no kubeconfig, an unreadable one, no service account."""
+
+
 async def connect(kubeconfig: str | None = None) -> Kube:
-    """Connect with the given kubeconfig, ``$KUBECONFIG``, or the in-cluster service account."""
+    """Connect with the given kubeconfig, ``$KUBECONFIG``, or the in-cluster service account.
+
+    Raises :class:`CredentialsError`, in one line that says where it looked, when none of them
+    gives credentials (the client's own message alone, "Invalid kube-config file. Expected key
+    current-context", does not say what to do).
+    """
     cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        await config.load_kube_config(config_file=path, client_configuration=cfg)
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        await config.load_kube_config(client_configuration=cfg)
+    in_cluster = not path and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    where = "the Pod's service account" if in_cluster else f"kubeconfig {path or '~/.kube/config'}"
+    advice = "pass --kubeconfig FILE, set KUBECONFIG, or run in a Pod with a service account"
+    # Looked for here, as the client would only log a warning and then fail on an empty config.
+    file = path or "~/.kube/config"
+    if not in_cluster and not await asyncio.to_thread(lambda: os.path.isfile(os.path.expanduser(file))):
+        raise CredentialsError(f"no Kubernetes credentials: {where} does not exist; {advice}")
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            await config.load_kube_config(config_file=path, client_configuration=cfg)
+    except Exception as exc:  # a malformed file raises anything from ConfigException to TypeError
+        reason = " ".join(str(exc).split()) if isinstance(exc, config.ConfigException) else "not a kubeconfig"
+        raise CredentialsError(f"no usable Kubernetes credentials in {where} ({reason}); {advice}") from None
     api = client.ApiClient(configuration=cfg)
     return Kube(api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api))
 

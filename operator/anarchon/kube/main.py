@@ -105,8 +105,18 @@ def build_registry(
 
 
 async def run_operator(cfg: OperatorConfig) -> None:
-    kube = await connect(cfg.kubeconfig)
-    backend = from_url(cfg.store)
+    """Run one replica until stopped.
+
+    The store URL and the credentials are read first, before any port is opened: a URL that
+    cannot work raises :class:`ConfigError`, missing credentials :class:`CredentialsError`,
+    and the command line turns both into one line and exit code 2 rather than a crash loop.
+    """
+    backend = from_url(cfg.store)  # no connection yet: a URL that cannot work fails here
+    try:
+        kube = await connect(cfg.kubeconfig)
+    except BaseException:
+        await backend.close()
+        raise
     metrics = Metrics()
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, registry=metrics.registry)

@@ -23,9 +23,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from anarchon.engine.durations import parse_duration
+from anarchon.engine.durations import format_duration, parse_duration
 from anarchon.engine.errors import ScheduleError
 from anarchon.engine.job import JobOptions
+from anarchon.engine.limits import (
+    MAX_ATTEMPTS,
+    MAX_JITTER_MS,
+    MIN_ATTEMPTS,
+    MIN_EVERY_MS,
+    MIN_HEARTBEAT_MS,
+    MIN_LEASE_HEARTBEATS,
+    MIN_TIMEOUT_MS,
+)
 from anarchon.engine.model import CatchUp, Overlap
 from anarchon.engine.schedule import Cron, Schedule, cron, every
 from anarchon.kube.constants import LABEL_PREFIX
@@ -33,8 +42,6 @@ from anarchon.kube.constants import LABEL_PREFIX
 #: Longest AnarchonJob name. Run (and Pod) names are ``<job>-<slot>``: 40 + 1 + 13 digits (a
 #: slot in ms) = 54, within the 63 characters of a DNS label (Pod hostnames).
 MAX_JOB_NAME_LENGTH: Final = 40
-MIN_ATTEMPTS: Final = 1
-MAX_ATTEMPTS: Final = 10
 #: Longest duration string; the CRD bounds it too, which keeps the CEL rules' cost estimate low.
 MAX_DURATION_LENGTH: Final = 32
 #: Longest duration, in ms: Go's (and so CEL's) ~292 years; longer ones are typos, and the
@@ -153,8 +160,14 @@ class _Reader:
             return None
         return self.string(value, path)
 
-    def duration(self, value: Any, path: str, *, positive: bool = False) -> int | None:
-        """Milliseconds of a duration string, or None if absent or bad (then an error is recorded)."""
+    def duration(
+        self, value: Any, path: str, *, low: int = 0, high: int = MAX_DURATION_MS, why: str = ""
+    ) -> int | None:
+        """Milliseconds of a duration string, or None if absent or bad (then an error is recorded).
+
+        ``low`` and ``high`` bound it (:mod:`anarchon.engine.limits`); ``why`` tells the user
+        what the bound protects, so the message is worth more than a number.
+        """
         if value is None:
             return None
         if not isinstance(value, str):
@@ -171,8 +184,9 @@ class _Reader:
         if ms > MAX_DURATION_MS:
             self.error(path, f"{_show(value)} is too long (more than 292 years)")
             return None
-        if positive and ms == 0:
-            self.error(path, f"must be longer than 0, got {_show(value)}")
+        if ms < low or ms > high:
+            bound = f"at least {format_duration(low)}" if ms < low else f"at most {format_duration(high)}"
+            self.error(path, f"must be {bound}, got {_show(value)}" + (f": {why}" if why else ""))
             return None
         return ms
 
@@ -249,7 +263,12 @@ def _parse_schedule(spec: Mapping[str, Any], r: _Reader) -> Schedule | None:
                 f"must be UTC or unset with every, got {_show(tz)}: every counts its slots on the UTC grid;"
                 " use cron for wall-clock times in a zone",
             )
-        period = r.duration(every_value, "spec.every", positive=True)
+        period = r.duration(
+            every_value,
+            "spec.every",
+            low=MIN_EVERY_MS,
+            why="the finest cron grain is one second too, and each slot costs a claim, an AnarchonRun and a Pod",
+        )
         if period is not None:
             schedule = every(period)
     if cron_value is not None:
@@ -356,14 +375,25 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         raise SpecError(errors)
 
     schedule = _parse_schedule(spec, r)
-    jitter = r.duration(_default(spec, "jitter"), "spec.jitter")
-    heartbeat = r.duration(_default(spec, "heartbeat"), "spec.heartbeat", positive=True)
-    lease = r.duration(spec.get("lease"), "spec.lease", positive=True)
-    if lease is not None and heartbeat is not None and lease <= heartbeat:
+    jitter = r.duration(
+        _default(spec, "jitter"),
+        "spec.jitter",
+        high=MAX_JITTER_MS,
+        why="it delays every run's start by up to its value; seconds are enough to spread the claims",
+    )
+    heartbeat = r.duration(
+        _default(spec, "heartbeat"),
+        "spec.heartbeat",
+        low=MIN_HEARTBEAT_MS,
+        why="each heartbeat is a store write per running attempt",
+    )
+    lease = r.duration(spec.get("lease"), "spec.lease")
+    if lease is not None and heartbeat is not None and lease < MIN_LEASE_HEARTBEATS * heartbeat:
         r.error(
             "spec.lease",
-            f"must be longer than spec.heartbeat ({spec.get('lease')} <= {_default(spec, 'heartbeat')}),"
-            " or every heartbeat arrives after the lease ran out; use at least 2 heartbeats",
+            f"must be at least {MIN_LEASE_HEARTBEATS} heartbeats ({format_duration(MIN_LEASE_HEARTBEATS * heartbeat)}"
+            f" with spec.heartbeat {_default(spec, 'heartbeat')}), got {_show(spec.get('lease'))}: with less, one late"
+            " heartbeat lets the lease run out under a live runner and a backup takes over a run that was fine",
         )
     overlap = r.enum(_default(spec, "overlap"), "spec.overlap", Overlap)
 
@@ -372,7 +402,12 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     window = r.duration(_default(catch_up_spec, "window", "catchUp.window"), "spec.catchUp.window")
 
     starting_deadline = r.duration(spec.get("startingDeadline"), "spec.startingDeadline")
-    timeout = r.duration(spec.get("timeout"), "spec.timeout", positive=True)
+    timeout = r.duration(
+        spec.get("timeout"),
+        "spec.timeout",
+        low=MIN_TIMEOUT_MS,
+        why="it becomes the Pod's activeDeadlineSeconds, whole seconds",
+    )
     max_attempts = r.integer(_default(spec, "maxAttempts"), "spec.maxAttempts", low=MIN_ATTEMPTS, high=MAX_ATTEMPTS)
     suspend = r.boolean(_default(spec, "suspend"), "spec.suspend")
     successful = r.integer(_default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0)

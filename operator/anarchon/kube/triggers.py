@@ -7,29 +7,43 @@ slot like a scheduled one, so exactly one runs it. The value handled is written 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..engine import Scheduler
+from ..engine import ConfigError, Scheduler
+from ..engine.limits import MAX_SLOT_MS, MIN_SLOT_MS
 from .client import Kube
 from .constants import ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED
 from .events import EventPoster
 from .spec import JobSpec, run_name
 
+_DIGITS = re.compile(r"[0-9]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def parse_trigger(value: str) -> int | None:
-    """A trigger annotation names the manual slot: ms since epoch, or an RFC3339 time."""
+    """The slot a trigger annotation names: ms since the epoch, or an RFC3339 time; None if neither.
+
+    Only ASCII digits count as a number (``"²"`` and other Unicode digits pass ``str.isdigit``),
+    and only slots every store can hold (:data:`~anarchon.engine.limits.MAX_SLOT_MS`, the end
+    of year 9999): anything else is refused here, with an Event, rather than failing in the
+    store on every event (PostgreSQL: bigint out of range; SQLite: OverflowError).
+    """
     value = value.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    if _DIGITS.fullmatch(value):
+        # A bound on the length first: int() of thousands of digits is slow, then refused.
+        slot = int(value) if len(value) <= len(str(MAX_SLOT_MS)) else MAX_SLOT_MS + 1
+    else:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            slot = (parsed - _EPOCH) // timedelta(milliseconds=1)
+        except (ValueError, OverflowError):
+            return None
+    return slot if MIN_SLOT_MS <= slot <= MAX_SLOT_MS else None
 
 
 class Triggers:
@@ -63,15 +77,13 @@ class Triggers:
     async def _manual(self, spec: JobSpec, key: str, trigger: str) -> None:
         slot = parse_trigger(trigger)
         if slot is None:
-            await self.events.about(
-                spec,
-                reason="BadTrigger",
-                message=f"annotation {ANNOTATION_TRIGGER}={trigger!r} is not a time",
-                warning=True,
-            )
-            await self.kube.annotate_job(spec.namespace, spec.name, {ANNOTATION_TRIGGER_HANDLED: trigger})
+            await self._refuse(spec, trigger, "is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)")
             return
-        result = await self.scheduler.trigger(key, slot)
+        try:
+            result = await self.scheduler.trigger(key, slot)
+        except ConfigError as exc:  # a slot the engine refuses is refused like a bad value: once
+            await self._refuse(spec, trigger, f"was refused: {exc}")
+            return
         # Won or taken, the store has decided this slot: every replica may mark it handled
         # (the same value each time; a patch that changes nothing changes nothing).
         await self.kube.annotate_job(spec.namespace, spec.name, {ANNOTATION_TRIGGER_HANDLED: trigger})
@@ -81,3 +93,11 @@ class Triggers:
                 reason="Triggered",
                 message=f"manual run {run_name(spec.name, slot)} claimed by {self.scheduler.instance_id}",
             )
+
+    async def _refuse(self, spec: JobSpec, trigger: str, why: str) -> None:
+        """A BadTrigger Event, and the value marked handled: later events of the job go on as usual."""
+        shown = trigger if len(trigger) <= 60 else trigger[:57] + "..."
+        await self.events.about(
+            spec, reason="BadTrigger", message=f"annotation {ANNOTATION_TRIGGER}={shown!r} {why}", warning=True
+        )
+        await self.kube.annotate_job(spec.namespace, spec.name, {ANNOTATION_TRIGGER_HANDLED: trigger})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..backend import Backend
 from ..errors import ConfigError
+from ._urls import check_hosts, sqlite_path
 
 
 def from_url(url: str, **options: object) -> Backend:
@@ -13,12 +14,17 @@ def from_url(url: str, **options: object) -> Backend:
     ``sqlite:///path/to/file.db``, ``redis://host:6379/0`` (lease strategy),
     ``redis+script://``, ``redis+stream://``, ``redis+idmp://`` (claim-only strategies),
     ``postgresql://user@host/db``, ``nats://host:4222``, ``amqp://user:pw@host/``.
+
+    A URL that cannot work (a port that is not a number, a relative SQLite path) raises
+    :class:`ConfigError` here, before any connection is tried.
     """
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         from .sqlite import SqliteBackend
 
-        return SqliteBackend(url.removeprefix("sqlite://"), **options)  # type: ignore[arg-type]
+        return SqliteBackend(sqlite_path(url), **options)  # type: ignore[arg-type]
+    if "://" in url:
+        check_hosts(url)
     if scheme in ("redis", "rediss"):
         from .redis import RedisBackend
 
