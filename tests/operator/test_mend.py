@@ -75,7 +75,7 @@ async def _open_run_with_a_live_pod(kube: Kube, spec: JobSpec, slot: int) -> str
         await asyncio.sleep(0.1)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await task
+        await asyncio.wait_for(task, 30)
     return name
 
 
@@ -99,7 +99,7 @@ async def test_a_replaced_run_whose_replacer_died_is_closed_and_its_pod_deleted(
     assert [r.slot for r in won.replaced] == [old_slot]  # ... and its winner died before cleaning up
 
     status = JobStatus(kube, scheduler, EventPoster(kube))
-    await status.refresh(spec)
+    await asyncio.wait_for(status.refresh(spec), 60)
 
     run = cluster.get("anarchonrun", name)["status"]
     assert run["phase"] == "Interrupted" and run.get("finishTime"), run
@@ -120,7 +120,7 @@ async def test_a_run_given_up_by_a_backup_that_died_is_closed(
     given_up = await backend.takeover(TakeoverRequest(key, slot, "dead-2", "t-2", past + LEASE_MS, LEASE_MS, 1))
     assert not given_up.won  # the store ended the run; the backup died before writing the object
 
-    await JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec)
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
 
     run = cluster.get("anarchonrun", name)["status"]
     assert run["phase"] == "Interrupted" and run.get("finishTime"), run
@@ -139,7 +139,7 @@ async def test_a_run_the_store_ended_just_now_is_left_to_whoever_ended_it(
     await backend.claim(ClaimRequest(key, old_slot, "r-1", "t-old", now - 1, LEASE_MS, Overlap.REPLACE))
     await backend.claim(ClaimRequest(key, new_slot, "r-2", "t-new", now, LEASE_MS, Overlap.REPLACE))
 
-    await JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec)
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
 
     assert cluster.get("anarchonrun", name)["status"]["phase"] == "Running"
     assert await _live_pods(kube, spec, name)
