@@ -98,6 +98,8 @@ class JobSpec:
     template: dict[str, Any]
     successful_history: int
     failed_history: int
+    #: How long an attempt's Pod may stay Pending (from its creation) before the run fails; None: no bound.
+    pending_timeout_ms: int | None = None
 
     @property
     def engine_name(self) -> str:
@@ -367,6 +369,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
 
     starting_deadline = r.duration(spec.get("startingDeadline"), "spec.startingDeadline")
     timeout = r.duration(spec.get("timeout"), "spec.timeout", positive=True)
+    pending_timeout = r.duration(spec.get("pendingTimeout"), "spec.pendingTimeout", positive=True)
     max_attempts = r.integer(_default(spec, "maxAttempts"), "spec.maxAttempts", low=MIN_ATTEMPTS, high=MAX_ATTEMPTS)
     suspend = r.boolean(_default(spec, "suspend"), "spec.suspend")
     successful = r.integer(_default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0)
@@ -402,6 +405,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         template=template,
         successful_history=successful,
         failed_history=failed,
+        pending_timeout_ms=pending_timeout,
     )
 
 
