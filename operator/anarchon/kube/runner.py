@@ -13,6 +13,8 @@ so only while the Pod is Pending or Running. Its rules:
 * The outcome comes from the Pod alone: Succeeded → run Succeeded; Failed (exit code ≠ 0,
   deadline) → run Failed, no retry; lost (deleted, evicted) → attempt Interrupted, the next
   attempt relaunches.
+* A Pod that stays Pending says why on the run (``status.reason``, condition PodPending, an
+  Event); past the job's ``pendingTimeout`` it is deleted and the run fails, not retried.
 * Anything else that ends this handler early (the API server or the store not answering,
   being fenced) ends the attempt as interrupted, never as a success or a failure: the next
   attempt picks up from the Pods, which are the record of what really ran.
