@@ -43,6 +43,20 @@ def _setup_logging(fmt: str, level: str) -> None:
     logging.getLogger("aiohttp").setLevel(logging.WARNING)
 
 
+def _resync_ms(value: str) -> int:
+    """``--resync``: a duration of at least 1 s (each pass lists every job's runs)."""
+    from .engine.durations import parse_duration
+    from .engine.errors import ScheduleError
+
+    try:
+        ms = parse_duration(value, what="--resync")
+    except ScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if ms < 1000:
+        raise argparse.ArgumentTypeError(f"must be at least 1s (each pass lists every job's runs), got {value}")
+    return ms
+
+
 def cmd_operator(args: argparse.Namespace) -> int:
     from .engine import ConfigError
     from .kube.client import CredentialsError
@@ -59,6 +73,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
+        resync_s=args.resync / 1000,
     )
     try:
         asyncio.run(run_operator(cfg))
@@ -135,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     op.add_argument(
         "--health-port", type=int, default=8081, help="liveness /healthz and readiness /readyz port (0: off)"
+    )
+    op.add_argument(
+        "--resync",
+        type=_resync_ms,
+        default="30s",
+        help="how often every job is looked over: history limits of quiet jobs, old store records (default 30s)",
     )
     op.add_argument("--log-format", choices=["plain", "json"], default="plain")
     op.add_argument("--log-level", default=os.environ.get("ANARCHON_LOG_LEVEL", "INFO"))

@@ -245,6 +245,51 @@ async def test_prune_keeps_active_runs(lease_backend: LeaseBackend, job_name: st
     assert await lease_backend.get_run(job_name, 1) is not None
 
 
+async def test_prune_past_everything_keeps_active_runs_and_the_newest(
+    lease_backend: LeaseBackend, job_name: str
+) -> None:
+    """The operator prunes by age, past the old Failed run a history limit may keep for ever;
+    the newest run must stay whatever the bound: it is last_slot, the base of catch-up."""
+    for slot in range(1, 8):
+        await lease_backend.claim(req(job_name, slot * 10, token=f"t{slot}"))
+        outcome = RunState.FAILED if slot == 1 else RunState.SUCCESS
+        await lease_backend.finish(job_name, slot * 10, f"t{slot}", NOW, outcome)
+    await lease_backend.claim(req(job_name, 35, token="active"))  # an active run in the middle stays
+    assert await lease_backend.prune(job_name, before_slot=10**15) == 6
+    assert [r.slot for r in await lease_backend.history(job_name)] == [70, 35]
+    assert await lease_backend.last_slot(job_name) == 70
+    assert await lease_backend.prune(job_name, before_slot=10**15) == 0
+
+
+async def test_forget_job_deletes_everything_of_that_job_only(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """A deleted job leaves nothing in the store: runs (final and active) and fingerprint; twice
+    and from several instances at once is fine; another job is untouched."""
+    backends = [make_backend() for _ in range(3)]
+    await asyncio.gather(*(b.setup() for b in backends))
+    first, other = backends[0], job_name + "-other"
+    try:
+        for job in (job_name, other):
+            for slot in range(1, 4):
+                await first.claim(req(job, slot, token=f"{job}{slot}"))
+            await first.finish(job, 1, f"{job}1", NOW, RunState.FAILED, "boom")
+            await first.schedule_since(job, "every:10000", NOW)
+        await asyncio.gather(*(b.forget_job(job_name) for b in backends))
+        await first.forget_job(job_name)
+        assert await first.history(job_name) == []
+        assert await first.active_runs(job_name) == []
+        assert await first.last_slot(job_name) is None
+        assert await first.get_run(job_name, 2) is None
+        # The fingerprint went too: a job of that name starts afresh.
+        assert await first.schedule_since(job_name, "every:10000", NOW + 99) == NOW + 99
+        assert (await first.claim(req(job_name, 2))).won
+        assert [r.slot for r in await first.history(other)] == [3, 2, 1]
+        assert await first.schedule_since(other, "every:10000", NOW + 99) == NOW
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+
+
 async def test_schedule_since(lease_backend: LeaseBackend, job_name: str) -> None:
     assert await lease_backend.schedule_since(job_name, "every:10000", NOW) == NOW
     assert await lease_backend.schedule_since(job_name, "every:10000", NOW + 50) == NOW

@@ -221,7 +221,12 @@ class Reference:
         return runs
 
     def prune(self, job: str, before: int) -> int:
-        doomed = [k for k, r in self.runs.items() if r.job == job and r.slot < before and not r.state.active]
+        newest = max((r.slot for r in self.runs.values() if r.job == job), default=None)
+        doomed = [
+            k
+            for k, r in self.runs.items()
+            if r.job == job and r.slot < before and not r.state.active and r.slot != newest
+        ]
         for k in doomed:
             del self.runs[k]
         return len(doomed)

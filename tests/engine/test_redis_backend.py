@@ -510,7 +510,7 @@ async def test_same_answers_as_sqlite_reference(backend: RedisBackend, tmp_path:
     try:
         clock = NOW
         tokens: dict[tuple[str, int], list[str]] = {}
-        for step in range(300):
+        for step in range(500):
             clock += rng.choice([0, 1, 300, LEASE // 4, LEASE // 2])
             now = clock - rng.choice([0, 0, 0, 1_500])
             lease = rng.choice([LEASE, LEASE // 4])

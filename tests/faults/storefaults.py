@@ -100,3 +100,6 @@ class FaultyStore(LeaseBackend):
 
     async def prune(self, job: str, before_slot: int) -> int:
         return await self.inner.prune(job, before_slot)
+
+    async def forget_job(self, job: str) -> None:
+        await self.inner.forget_job(job)

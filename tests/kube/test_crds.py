@@ -84,7 +84,7 @@ def test_crd_defaults_are_the_parser_defaults() -> None:
 
 def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     props = JOB_SPEC_SCHEMA["properties"]
-    durations = ["every", "jitter", "heartbeat", "lease", "startingDeadline", "timeout"]
+    durations = ["every", "jitter", "heartbeat", "lease", "startingDeadline", "timeout", "pendingTimeout"]
     for name in durations:
         assert props[name]["pattern"] == S.DURATION_PATTERN, name
         assert props[name]["maxLength"] == S.MAX_DURATION_LENGTH, name
@@ -244,6 +244,7 @@ def test_valid_cron_job_with_everything_set(crds: ControlPlane, namespace: str) 
         "startingDeadline": "90s",
         "maxAttempts": 10,
         "timeout": "1h30m",
+        "pendingTimeout": "10m",
         "suspend": True,
         "successfulRunsHistoryLimit": 0,
         "failedRunsHistoryLimit": 5,
@@ -263,6 +264,7 @@ def test_valid_cron_job_with_everything_set(crds: ControlPlane, namespace: str) 
     assert created["spec"] == expected, "nothing may be pruned from a full spec (PodSpec fields included)"
     parsed = parse_job(created)
     assert parsed.options.lease_ms == 60_000 and parsed.options.timeout_ms == 5_400_000
+    assert parsed.pending_timeout_ms == 600_000
     assert parsed.template["spec"]["nodeSelector"] == {"disk": "ssd"}
 
 
@@ -300,6 +302,8 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("timeout-10ms", {"timeout": "10ms"}, "j", ["spec.timeout must be at least 1s", "activeDeadlineSeconds"]),
     ("jitter-over-1h", {"jitter": "1h1ms"}, "j", ["spec.jitter must be at most 1h"]),
     ("jitter-in-days", {"jitter": "1d"}, "j", ["spec.jitter must be at most 1h"]),
+    ("pending-timeout-zero", {"pendingTimeout": "0s"}, "j", ["spec.pendingTimeout must be at least 1s"]),
+    ("pending-timeout-10ms", {"pendingTimeout": "10ms"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("every-with-zone", {"timeZone": "Europe/Paris"}, "j", ["spec.timeZone must be UTC or unset with spec.every"]),
     ("bad-zone-shape", {"every": None, "cron": "0 8 * * *", "timeZone": "Paris, France"}, "j", ["spec.timeZone"]),
     ("cron-4-fields", {"every": None, "cron": "0 8 * *"}, "j", ["spec.cron", "should match"]),

@@ -83,6 +83,7 @@ def test_minimal_every_spec_gets_every_default() -> None:
     assert o.starting_deadline_ms is None
     assert o.max_attempts == 3
     assert o.timeout_ms is None
+    assert job.pending_timeout_ms is None
     assert o.suspend is False
     assert (job.successful_history, job.failed_history) == (3, 1)
     assert job.template == {
@@ -127,6 +128,7 @@ def test_every_field_set() -> None:
                 "startingDeadline": "90s",
                 "maxAttempts": 10,
                 "timeout": "5m",
+                "pendingTimeout": "2m",
                 "suspend": True,
                 "successfulRunsHistoryLimit": 0,
                 "failedRunsHistoryLimit": 7,
@@ -144,6 +146,7 @@ def test_every_field_set() -> None:
     assert o.timeout_ms == 300_000
     assert o.suspend is True
     assert (job.successful_history, job.failed_history) == (0, 7)
+    assert job.pending_timeout_ms == 120_000
 
 
 @pytest.mark.parametrize(
@@ -293,6 +296,7 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("maxAttempts bool", {"maxAttempts": True}, "spec.maxAttempts: expected an integer"),
     ("timeout zero", {"timeout": "0s"}, "spec.timeout: must be at least 1s, got '0s'"),
     ("timeout = 10ms", {"timeout": "10ms"}, "spec.timeout: must be at least 1s, got '10ms': it becomes the Pod's"),
+    ("pending timeout zero", {"pendingTimeout": "0s"}, "spec.pendingTimeout: must be at least 1s, got '0s'"),
     ("timeout bad", {"timeout": "1y"}, "spec.timeout: cannot parse"),
     ("suspend text", {"suspend": "yes"}, "spec.suspend: expected true or false"),
     ("successful history", {"successfulRunsHistoryLimit": -1}, "spec.successfulRunsHistoryLimit: must be at least 0"),

@@ -143,3 +143,40 @@ async def test_a_run_the_store_ended_just_now_is_left_to_whoever_ended_it(
 
     assert cluster.get("anarchonrun", name)["status"]["phase"] == "Running"
     assert await _live_pods(kube, spec, name)
+
+
+async def test_the_periodic_resync_closes_it_too(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    """A quiet job gets no refresh from a run of its own: the resync is what finds its open runs."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    old_slot, new_slot = 3_600_000, 7_200_000
+    name = await _open_run_with_a_live_pod(kube, spec, old_slot)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    await backend.claim(ClaimRequest(key, old_slot, "dead-1", "t-old", past, LEASE_MS, Overlap.REPLACE))
+    await backend.claim(ClaimRequest(key, new_slot, "dead-2", "t-new", past + 1, LEASE_MS, Overlap.REPLACE))
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
+
+    assert cluster.get("anarchonrun", name)["status"]["phase"] == "Interrupted"
+    assert await _live_pods(kube, spec, name) == []
+
+
+async def test_the_store_keeps_the_record_of_a_run_whose_object_is_open(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler
+) -> None:
+    """Pruning by age must not take the store's verdict from a run still waiting to be closed."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    old_slot, new_slot = 3_600_000, 7_200_000  # slots of 1970: far older than any record is kept
+    await _open_run_with_a_live_pod(kube, spec, old_slot)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    now = int(time.time() * 1000)
+    await backend.claim(ClaimRequest(key, old_slot, "r-1", "t-old", now - 1, LEASE_MS, Overlap.REPLACE))
+    await backend.claim(ClaimRequest(key, new_slot, "r-2", "t-new", now, LEASE_MS, Overlap.REPLACE))
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)  # within the grace
+
+    assert await backend.get_run(key, old_slot) is not None, "pruned: the open run could never be closed"

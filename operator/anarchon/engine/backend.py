@@ -155,7 +155,20 @@ class LeaseBackend(Backend):
 
     @abstractmethod
     async def prune(self, job: str, before_slot: int) -> int:
-        """Delete final runs of ``job`` older than ``before_slot``; returns how many."""
+        """Delete final runs of ``job`` older than ``before_slot``; returns how many.
+
+        Active runs stay, and so does the job's newest run whatever its slot: it is
+        :meth:`last_slot`, the base of catch-up, and without it an instance that starts later
+        would see no history and catch nothing up (or, with a stale base, too much).
+        """
+
+    @abstractmethod
+    async def forget_job(self, job: str) -> None:
+        """Delete everything the store keeps for ``job``: its runs and its schedule's fingerprint.
+
+        For a job that is gone for good, once its runs were stopped. Idempotent, and safe
+        when several instances forget the same job at once.
+        """
 
 
 def claim_only_win(request: ClaimRequest) -> ClaimResult:

@@ -140,6 +140,28 @@ class ResolvedOptions:
     suspend: bool
     leases: bool
 
+    @property
+    def claim_retry_ms(self) -> int:
+        """How long after its slot a claim is still retried: the starting deadline, else 30 s or a lease."""
+        return self.starting_deadline_ms if self.starting_deadline_ms is not None else max(self.lease_ms, 30_000)
+
+    @property
+    def claim_window_ms(self) -> int:
+        """How long after its slot some instance may still claim it: the jitter, the claim's
+        retries and a margin for clock skew between instances."""
+        return self.jitter_ms + self.claim_retry_ms + CLOCK_SKEW_MARGIN_MS
+
+    @property
+    def records_needed_ms(self) -> int:
+        """How long after its slot the store must keep a final run's record for the engine.
+
+        A claim of a slot whose record is gone would win again, so the record outlives the
+        claim window and, with catch-up, the catch-up window (catch-up claims slots that far
+        back). The job's newest record, the base of catch-up, is kept by the store itself.
+        """
+        catch_up = 0 if self.catch_up is CatchUp.NONE else self.catch_up_window_ms
+        return max(self.claim_window_ms, catch_up + CLOCK_SKEW_MARGIN_MS)
+
 
 def _ms(ms: int) -> str:
     """A duration for a message: its short form, or the raw number when it is negative."""
@@ -192,14 +214,8 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
                 + "; ".join(refused)
                 + ". Use a lease store (sqlite, redis, postgresql) or drop these settings."
             )
-    if not leases:
-        # Every contender of one slot must arrive while the store still remembers the claim:
-        # the jitter, the claim's retries (up to the starting deadline, else 30 s) and a
-        # margin for clock skew between instances.
-        retries = options.starting_deadline_ms if options.starting_deadline_ms is not None else max(lease_ms, 30_000)
-        backend.require_window(options.jitter_ms + retries + CLOCK_SKEW_MARGIN_MS)
     overlap = options.overlap or (Overlap.SKIP if leases else Overlap.ALLOW)
-    return ResolvedOptions(
+    resolved = ResolvedOptions(
         jitter_ms=options.jitter_ms,
         heartbeat_ms=options.heartbeat_ms,
         lease_ms=lease_ms,
@@ -214,6 +230,10 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
         suspend=options.suspend,
         leases=leases,
     )
+    if not leases:
+        # Every contender of one slot must arrive while the store still remembers the claim.
+        backend.require_window(resolved.claim_window_ms)
+    return resolved
 
 
 @dataclass(frozen=True)

@@ -299,9 +299,7 @@ class JobLoop:
         job = self._job
         opts = self._opts
         token = new_token()
-        deadline = slot + (
-            opts.starting_deadline_ms if opts.starting_deadline_ms is not None else max(opts.lease_ms, 30_000)
-        )
+        deadline = slot + opts.claim_retry_ms
         retried = False
 
         def failed(exc: BaseException) -> None:

@@ -32,6 +32,10 @@ MIN_LEASE_HEARTBEATS: Final = 2
 #: whole seconds; a shorter timeout would fail every attempt before its work could start.
 MIN_TIMEOUT_MS: Final = 1_000
 
+#: Shortest pendingTimeout (operator only). A Pod needs at least about a second to be scheduled
+#: and have its containers started; a shorter bound would fail healthy runs as stuck.
+MIN_PENDING_TIMEOUT_MS: Final = 1_000
+
 #: Longest jitter. Jitter delays every run's start by up to its value to spread claims over the
 #: instances; seconds do that. An hour or more only makes runs late (or never, past a starting
 #: deadline), which is a typo rather than a policy.

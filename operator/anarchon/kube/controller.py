@@ -9,10 +9,14 @@ and what the engine reports goes out through :mod:`.listener`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine import ConfigError, Job, RunContext, Scheduler
+from ..engine import ConfigError, Job, LeaseBackend, RunContext, Scheduler
+from ..engine.errors import StoreError
 from .client import Kube
 from .events import EventPoster
 from .metrics import Metrics
@@ -21,6 +25,8 @@ from .runner import PodRunner
 from .spec import JobSpec, SpecError, engine_key, parse_job
 from .status import JobStatus
 from .triggers import Triggers
+
+log = logging.getLogger("anarchon.kube.controller")
 
 
 class JobController:
@@ -63,11 +69,38 @@ class JobController:
         await self.triggers.apply(spec, key, meta.get("annotations") or {})
 
     async def remove(self, namespace: str, name: str, uid: str) -> None:
+        """The job is gone: stop its runs, then delete what the store keeps for it.
+
+        Its runs' Pods are garbage-collected with it, so nothing is handed over. Every
+        replica forgets the job once its own loop has stopped (the store's delete is
+        idempotent), so the last replica to stop also removes a run that a slower one
+        claimed meanwhile. A re-created job of the same name has a new uid, so a new key.
+        """
         key = engine_key(namespace, name, uid)
-        # The job is gone: its runs' Pods are garbage-collected with it, nothing to hand over.
         await self.scheduler.remove(key, handover=False)
         self.specs.pop(key, None)
         self.triggers.forget(key)
+        if isinstance(self.scheduler.backend, LeaseBackend):
+            try:
+                await self.scheduler.backend.forget_job(key)
+            except StoreError as exc:
+                log.warning("%s/%s deleted, but its store data stays for now: %s", namespace, name, exc)
+
+    async def resync(self, period_s: float) -> None:
+        """Every ``period_s`` (± half, so that replicas spread out), a pass over every valid job.
+
+        What no event asks for: history limits of jobs that went quiet, or whose limits were
+        lowered, and the store's records past their use (:meth:`.JobStatus.resync`).
+        """
+        while True:
+            await asyncio.sleep(period_s * random.uniform(0.5, 1.5))
+            for key, spec in list(self.specs.items()):
+                if self.specs.get(key) is not spec:
+                    continue  # removed or changed while we were at an earlier job
+                try:
+                    await self.status.resync(spec)
+                except Exception as exc:
+                    log.warning("resync of %s failed: %s", spec.engine_name, exc)
 
     # -- runs ------------------------------------------------------------------------------------
 

@@ -39,6 +39,9 @@ class OperatorConfig:
     kubeconfig: str | None = None
     metrics_port: int | None = 8080
     health_port: int | None = 8081
+    #: How often every job is looked over for what no event asks for (history limits of a
+    #: quiet job, the store's old records); see :meth:`.JobController.resync`.
+    resync_s: float = 30.0
     stop_flag: asyncio.Event | None = None
 
 
@@ -145,6 +148,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
             await health.stop()
         raise
     pod_watch.start()
+    resync = asyncio.create_task(controller.resync(cfg.resync_s), name="anarchon-resync")
     registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
     log.info(
         "instance %s on store %s, watching %s",
@@ -161,6 +165,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
             stop_flag=cfg.stop_flag,
         )
     finally:
+        resync.cancel()
         # Normally done already by the cleanup handler; here for a kopf that ended otherwise.
         await scheduler.stop(handover=True)
         await pod_watch.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -70,6 +71,51 @@ def fate_of(pod: dict[str, Any] | None) -> PodView:
     if meta.get("deletionTimestamp"):
         return PodView(name, PodFate.LINGERING, "the Pod is being deleted", pod)
     return PodView(name, PodFate.LIVE, f"the Pod is {phase}", pod)
+
+
+#: Waiting reasons of a Pod that is on its way: not worth a word on the run.
+STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a Pending Pod does not start, in the Pod's own words."""
+
+    reason: str
+    message: str
+
+
+def waiting_of(pod: dict[str, Any] | None) -> Waiting | None:
+    """Why a Pending Pod waits, if it says: not scheduled (Unschedulable: no node fits), or a
+    container that cannot start (ErrImagePull, ImagePullBackOff, CreateContainerConfigError...).
+
+    None for a Pod that is not Pending, or that is only on its way (being created).
+    """
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    if (status.get("phase") or "Pending") != "Pending" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return Waiting(str(cond.get("reason") or "Unschedulable"), str(cond.get("message") or ""))
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason and reason not in STARTING_REASONS:
+            return Waiting(reason, f"container {cs.get('name')}: {waiting.get('message') or reason}")
+    return None
+
+
+def pending_for_s(pod: dict[str, Any] | None, now: datetime) -> float | None:
+    """How long a Pending Pod has existed (from its creation, whoever adopted it since); None if not Pending."""
+    if pod is None or ((pod.get("status") or {}).get("phase") or "Pending") != "Pending":
+        return None
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return None
+    since = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    return (now - since).total_seconds()
 
 
 def _failure_message(status: dict[str, Any]) -> str:

@@ -13,6 +13,8 @@ so only while the Pod is Pending or Running. Its rules:
 * The outcome comes from the Pod alone: Succeeded → run Succeeded; Failed (exit code ≠ 0,
   deadline) → run Failed, no retry; lost (deleted, evicted) → attempt Interrupted, the next
   attempt relaunches.
+* A Pod that stays Pending says why on the run (``status.reason``, condition PodPending, an
+  Event); past the job's ``pendingTimeout`` it is deleted and the run fails, not retried.
 * Anything else that ends this handler early (the API server or the store not answering,
   being fenced) ends the attempt as interrupted, never as a success or a failure: the next
   attempt picks up from the Pods, which are the record of what really ran.
@@ -25,13 +27,27 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 from ..engine import RunContext, RunFailed, RunInterrupted
 from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN, TIMEOUT
+from ..engine.durations import format_duration
 from . import runs
 from .client import ApiException, Kube, transient
 from .events import EventPoster
-from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod
+from .pods import (
+    PodFate,
+    PodView,
+    Waiting,
+    build_pod,
+    create_pod,
+    delete_pod,
+    fate_of,
+    pending_for_s,
+    pods_of_run,
+    read_pod,
+    waiting_of,
+)
 from .podwatch import PodWatch, interest_in, wait_for_change
 from .spec import JobSpec, pod_name, run_name
 
@@ -179,7 +195,7 @@ class PodRunner:
         )
 
     async def _write(
-        self, ctx: RunContext, spec: JobSpec, name: str, change: Callable[[runs.Status], runs.Status]
+        self, ctx: RunContext, spec: JobSpec, name: str, change: Callable[[runs.Status], runs.Status | None]
     ) -> None:
         """Write the run's status for this attempt; a refusal ends the attempt (a later one owns the run)."""
         if not await runs.update_status(self.kube, spec.namespace, name, ctx.attempt, change):
@@ -187,6 +203,7 @@ class PodRunner:
 
     async def _follow(self, ctx: RunContext, spec: JobSpec, name: str, view: PodView) -> None:
         pod = view.name
+        shown: str | None = None  # the reason the run shows for its Pending Pod, if any
         while True:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
@@ -201,7 +218,8 @@ class PodRunner:
                 if view.fate in (PodFate.LIVE, PodFate.LINGERING):
                     # A lingering Pod may still run: the lease is kept, so nobody launches beside it.
                     ctx.set_alive(True)
-                    await self._wait(ctx, changed)
+                    shown, left_s = await self._pending(ctx, spec, name, view, shown)
+                    await self._wait(ctx, changed, at_most_s=left_s)
                     continue
             if view.fate is PodFate.SUCCEEDED:
                 await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
@@ -228,6 +246,56 @@ class PodRunner:
             )
             raise RunInterrupted(f"Pod {pod}: {view.message}")
 
+    async def _pending(
+        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, shown: str | None
+    ) -> tuple[str | None, float | None]:
+        """Say why the attempt's Pod is Pending (run status and condition, an Event); end the run
+        once it has been Pending for ``pendingTimeout``.
+
+        Returns the reason the run now shows, and the seconds left until ``pendingTimeout``
+        (None: no bound applies), so the caller looks again by then.
+        """
+        waiting = waiting_of(view.body) if view.fate is PodFate.LIVE else None
+        if waiting is not None and waiting.reason != shown:
+            message = f"Pod {view.name} is Pending: {waiting.reason}: {waiting.message}"
+            await self._write(
+                ctx,
+                spec,
+                name,
+                lambda s: runs.pod_pending(s, attempt=ctx.attempt, reason=waiting.reason, message=message),
+            )
+            await self.events.about(spec, reason=runs.POD_PENDING, warning=True, message=f"run {name}: {message}")
+            shown = waiting.reason
+        elif waiting is None and shown is not None and view.fate is PodFate.LIVE:
+            started = f"Pod {view.name}: {view.message}"
+            await self._write(ctx, spec, name, lambda s: runs.pod_started(s, attempt=ctx.attempt, message=started))
+            shown = None
+        bound_ms = spec.pending_timeout_ms
+        pending_s = pending_for_s(view.body, datetime.now(UTC)) if view.fate is PodFate.LIVE else None
+        if bound_ms is None or pending_s is None:
+            return shown, None
+        left_s = bound_ms / 1000 - pending_s
+        if left_s > 0:
+            return shown, left_s
+        await self._pending_timeout(ctx, spec, name, view, waiting)
+        return shown, 0.0  # the Pod changed before it could be deleted (it may have started): look again
+
+    async def _pending_timeout(
+        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, waiting: Waiting | None
+    ) -> None:
+        """The Pod stayed Pending past ``pendingTimeout``: delete it and fail the run (no retry: a
+        new Pod would most likely wait the same). Returns only if the Pod changed meanwhile."""
+        await _confirm(ctx)
+        version = str(((view.body or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if not await delete_pod(self.kube, spec.namespace, view.name, if_version=version or None):
+            return
+        bound = format_duration(spec.pending_timeout_ms or 0)
+        why = f": {waiting.reason}: {waiting.message}" if waiting is not None else ""
+        message = f"Pod {view.name} stayed Pending longer than pendingTimeout ({bound}){why}"
+        await self._end(ctx, spec, name, "Failed", message, final=True, reason=runs.PENDING_TIMEOUT)
+        await self.events.about(spec, reason=runs.PENDING_TIMEOUT, warning=True, message=f"run {name}: {message}")
+        raise RunFailed(message)
+
     async def _stopped(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
         if ctx.stop_reason == SHUTDOWN:
             raise RunInterrupted(f"{ctx.instance} stopping: Pod {pod} left running for a backup to adopt")
@@ -245,17 +313,32 @@ class PodRunner:
         log.warning("%s attempt %d fenced (%s): leaving Pod %s alone", name, ctx.attempt, ctx.stop_reason, pod)
         raise _fenced(ctx)
 
-    async def _end(self, ctx: RunContext, spec: JobSpec, name: str, outcome: str, message: str, *, final: bool) -> None:
+    async def _end(
+        self,
+        ctx: RunContext,
+        spec: JobSpec,
+        name: str,
+        outcome: str,
+        message: str,
+        *,
+        final: bool,
+        reason: str | None = None,
+    ) -> None:
         await _confirm(ctx)
         await self._write(
             ctx,
             spec,
             name,
-            lambda s: runs.end_attempt(s, attempt=ctx.attempt, outcome=outcome, message=message, final=final),
+            lambda s: runs.end_attempt(
+                s, attempt=ctx.attempt, outcome=outcome, message=message, final=final, reason=reason
+            ),
         )
 
-    async def _wait(self, ctx: RunContext, changed: asyncio.Event | None) -> None:
-        await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=self.poll_s, resync_s=self.resync_s)
+    async def _wait(self, ctx: RunContext, changed: asyncio.Event | None, *, at_most_s: float | None = None) -> None:
+        poll_s, resync_s = self.poll_s, self.resync_s
+        if at_most_s is not None:
+            poll_s, resync_s = min(poll_s, at_most_s), min(resync_s, at_most_s)
+        await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=poll_s, resync_s=resync_s)
 
     async def _replace(self, spec: JobSpec, old_slot: int, new_slot: int) -> None:
         """Overlap Replace, by the new run's winner: the older run's Pods go, its object says why.

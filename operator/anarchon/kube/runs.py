@@ -123,6 +123,46 @@ async def update_status(
     return await call(f"status of run {namespace}/{name}", read_modify_write, also=_Conflict)
 
 
+#: The run's condition that says its current Pod is Pending, and why.
+POD_PENDING = "PodPending"
+#: The run's ``status.reason`` when its Pod stayed Pending past the job's ``pendingTimeout``.
+PENDING_TIMEOUT = "PendingTimeout"
+
+
+def _pending_condition(status: Status, pending: bool, reason: str, message: str) -> None:
+    """Set the PodPending condition; its transition time moves only when its status does."""
+    conditions = list(status.get("conditions") or [])
+    old = next((c for c in conditions if c.get("type") == POD_PENDING), None)
+    value = "True" if pending else "False"
+    since = old["lastTransitionTime"] if old and old.get("status") == value else now_rfc3339()
+    conditions = [c for c in conditions if c.get("type") != POD_PENDING]
+    conditions.append(
+        {"type": POD_PENDING, "status": value, "reason": reason, "message": message[:2000], "lastTransitionTime": since}
+    )
+    status["conditions"] = conditions
+
+
+def pod_pending(status: Status, *, attempt: int, reason: str, message: str) -> Status | None:
+    """The attempt's Pod is Pending and says why: the run shows it (reason, message, condition)."""
+    if int(status.get("attempt") or 0) != attempt or status.get("phase") != "Running":
+        return None  # not this attempt's run any more, or it ended meanwhile
+    if status.get("reason") == reason and status.get("message") == message:
+        return None
+    status.update(reason=reason, message=message)
+    _pending_condition(status, True, reason, message)
+    return status
+
+
+def pod_started(status: Status, *, attempt: int, message: str) -> Status | None:
+    """The attempt's Pod left Pending: what held it is no longer said."""
+    if int(status.get("attempt") or 0) != attempt or "reason" not in status:
+        return None
+    status.pop("reason")
+    status["message"] = ""
+    _pending_condition(status, False, "Started", message)
+    return status
+
+
 def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> Status:
     now = now_rfc3339()
     attempts = [a for a in status.get("attempts") or [] if int(a.get("attempt", 0)) != attempt]
@@ -133,15 +173,27 @@ def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> S
     attempts.append({"attempt": attempt, "instance": instance, "podName": pod, "outcome": "Running", "startTime": now})
     status.update(phase="Running", attempt=attempt, instance=instance, podName=pod, attempts=attempts, message="")
     status.setdefault("startTime", now)
+    # A new Pod, or one adopted: what held an earlier attempt's Pod says nothing about it yet.
+    status.pop("reason", None)
+    if "conditions" in status:
+        status["conditions"] = [c for c in status["conditions"] if c.get("type") != POD_PENDING]
     return status
 
 
-def end_attempt(status: Status, *, attempt: int, outcome: str, message: str, final: bool) -> Status:
+def end_attempt(
+    status: Status, *, attempt: int, outcome: str, message: str, final: bool, reason: str | None = None
+) -> Status:
     now = now_rfc3339()
     for entry in status.get("attempts") or []:
         if int(entry.get("attempt", 0)) == attempt:
             entry.update(outcome=outcome, finishTime=now, message=message)
     status["message"] = message
+    if reason is not None:
+        status["reason"] = reason
+    else:
+        status.pop("reason", None)
+    if any(c.get("type") == POD_PENDING and c.get("status") == "True" for c in status.get("conditions") or []):
+        _pending_condition(status, False, reason or outcome, message)
     if final:
         status["phase"] = outcome
         status["finishTime"] = now

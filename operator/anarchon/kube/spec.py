@@ -33,6 +33,7 @@ from anarchon.engine.limits import (
     MIN_EVERY_MS,
     MIN_HEARTBEAT_MS,
     MIN_LEASE_HEARTBEATS,
+    MIN_PENDING_TIMEOUT_MS,
     MIN_TIMEOUT_MS,
 )
 from anarchon.engine.model import CatchUp, Overlap
@@ -105,6 +106,8 @@ class JobSpec:
     template: dict[str, Any]
     successful_history: int
     failed_history: int
+    #: How long an attempt's Pod may stay Pending (from its creation) before the run fails; None: no bound.
+    pending_timeout_ms: int | None = None
 
     @property
     def engine_name(self) -> str:
@@ -408,6 +411,12 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         low=MIN_TIMEOUT_MS,
         why="it becomes the Pod's activeDeadlineSeconds, whole seconds",
     )
+    pending_timeout = r.duration(
+        spec.get("pendingTimeout"),
+        "spec.pendingTimeout",
+        low=MIN_PENDING_TIMEOUT_MS,
+        why="a Pod takes that long at least to be scheduled and started",
+    )
     max_attempts = r.integer(_default(spec, "maxAttempts"), "spec.maxAttempts", low=MIN_ATTEMPTS, high=MAX_ATTEMPTS)
     suspend = r.boolean(_default(spec, "suspend"), "spec.suspend")
     successful = r.integer(_default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0)
@@ -443,6 +452,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         template=template,
         successful_history=successful,
         failed_history=failed,
+        pending_timeout_ms=pending_timeout,
     )
 
 

@@ -3,6 +3,12 @@
 Every replica writes it, for every job. Writes that every replica would make alike
 (conditions, next schedule time) are made only when the stored value differs, so replicas
 converge instead of churning.
+
+History limits are enforced at every refresh (when a run starts or ends) and at every
+resync (:meth:`JobStatus.resync`, periodic), so a job that went quiet, or whose limits were
+lowered, still converges to its limits, as CronJob does at each sync. Each time, the store's
+records of the job are pruned by age: what the engine still needs stays (active runs, the
+newest run, slots that may still be claimed or caught up), whatever the history keeps.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from ..engine import LeaseBackend, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
-from .mend import mend_runs
+from .mend import mend_runs, open_run
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.status")
@@ -132,14 +138,23 @@ class JobStatus:
         if succeeded:
             patch["lastSuccessfulTime"] = slot_time(max(succeeded))
         await self.kube.patch_job_status(spec.namespace, spec.name, patch)
-        await self._enforce_history(spec, items, phase)
+        await self._enforce_history(spec, items)
 
-    async def _enforce_history(self, spec: JobSpec, items: list[dict[str, Any]], phase: dict[str, Any]) -> None:
+    async def resync(self, spec: JobSpec) -> None:
+        """The periodic pass over a job, quiet or not: open runs the store ended, history, store records."""
+        items = await runs.list_runs(self.kube, spec.namespace, spec.name)
+        if await mend_runs(self.kube, self.scheduler, spec, items):
+            await self.refresh(spec)  # the active runs changed: the whole status, not only the history
+            return
+        await self._enforce_history(spec, items)
+
+    async def _enforce_history(self, spec: JobSpec, items: list[dict[str, Any]]) -> None:
         """Keep the newest N successful, N skipped and M failed runs; their Pods go with them (GC).
 
         Skipped runs have a bucket of their own: a long job on a short period skips many
         slots, and they must not push the successful runs out of the history.
         """
+        phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
 
         def done(r: dict[str, Any]) -> bool:
             # An Interrupted run without a finish time is between attempts: not history yet.
@@ -164,11 +179,21 @@ class JobStatus:
             doomed += bucket[: max(0, len(bucket) - keep)]
         for r in doomed:
             await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
-        if doomed and isinstance(self.scheduler.backend, LeaseBackend):
-            kept = [int(r["spec"]["slot"]) for r in items if r not in doomed]
-            if kept:
-                key = engine_key(spec.namespace, spec.name, spec.uid)
-                await self.scheduler.backend.prune(key, before_slot=min(kept))
+        await self._prune_store(spec, items)
+
+    async def _prune_store(self, spec: JobSpec, items: list[dict[str, Any]]) -> None:
+        """Delete the job's store records the engine no longer needs, by the age of their slot.
+
+        Not bound to the history: an old Failed run that ``failedRunsHistoryLimit`` keeps for
+        ever must not hold every later record in the store with it. Only a run whose object
+        is still open keeps its record (and the later ones): mending it needs the store's verdict.
+        """
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        loop = self.scheduler.jobs.get(key)
+        if loop is not None and isinstance(self.scheduler.backend, LeaseBackend):
+            before = self.scheduler.clock.now_ms() - loop.options.records_needed_ms
+            before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r))])
+            await self.scheduler.backend.prune(key, before_slot=before)
 
     def _still_active(self, spec: JobSpec, slot: int) -> bool:
         loop = self.scheduler.jobs.get(engine_key(spec.namespace, spec.name, spec.uid))

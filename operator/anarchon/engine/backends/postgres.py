@@ -338,7 +338,12 @@ class PostgresBackend(LeaseBackend):
         )
         self._q_last = q("SELECT max(slot) FROM {runs} WHERE job = %s")
         self._q_history = q(f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s ORDER BY slot DESC LIMIT %s")
-        self._q_prune = q("DELETE FROM {runs} WHERE job = %s AND slot < %s AND state NOT IN ('Claimed', 'Running')")
+        self._q_prune = q(
+            "DELETE FROM {runs} WHERE job = %s AND slot < %s AND state NOT IN ('Claimed', 'Running')"
+            " AND slot < (SELECT max(slot) FROM {runs} WHERE job = %s)"
+        )
+        # One statement, so the runs and the fingerprint go together.
+        self._q_forget = q("WITH gone AS (DELETE FROM {runs} WHERE job = %s) DELETE FROM {schedules} WHERE job = %s")
         # Replace the fingerprint only when it changed; the WHERE is re-checked after a
         # concurrent upsert of the same job, so racing instances agree on one ``since``.
         self._q_schedule_upsert = q(
@@ -540,4 +545,7 @@ class PostgresBackend(LeaseBackend):
         return await self._run(op)
 
     async def prune(self, job: str, before_slot: int) -> int:
-        return await self._rowcount(self._q_prune, (job, before_slot))
+        return await self._rowcount(self._q_prune, (job, before_slot, job))
+
+    async def forget_job(self, job: str) -> None:
+        await self._rowcount(self._q_forget, (job, job))

@@ -279,9 +279,18 @@ return ARGV[2]
 """
 
 # KEYS: runs, expiring.  ARGV: run_base, before_slot, batch.  Returns {deleted, index entries removed, examined}.
-# Batched so that pruning a long history never blocks the server for long.
+# Batched so that pruning a long history never blocks the server for long. The newest
+# entry stays, whatever its slot: it is last_slot, the base of catch-up.
 _PRUNE = """
-local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local before = tonumber(ARGV[2])
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if #newest == 0 then
+  return {0, 0, 0}
+end
+if tonumber(newest[2]) < before then
+  before = tonumber(newest[2])
+end
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. before, 'LIMIT', 0, tonumber(ARGV[3]))
 local deleted = 0
 local removed = 0
 for _, m in ipairs(members) do
@@ -300,6 +309,22 @@ for _, m in ipairs(members) do
   end
 end
 return {deleted, removed, #members}
+"""
+
+# KEYS: runs, active, expiring, schedule.  ARGV: run_base, batch.  Returns how many runs remain indexed.
+# Batched like prune (every run, active ones too, is in the runs index); the other index
+# keys and the fingerprint go with the last batch.
+_FORGET = """
+local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+for _, m in ipairs(members) do
+  redis.call('DEL', ARGV[1] .. m)
+  redis.call('ZREM', KEYS[1], m)
+end
+local left = redis.call('ZCARD', KEYS[1])
+if left == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+end
+return left
 """
 
 # KEYS: active.  ARGV: run_base.  One consistent snapshot in one round trip.
@@ -478,6 +503,7 @@ class RedisBackend(LeaseBackend):
         self._takeover = client.register_script(_TAKEOVER)
         self._schedule_since = client.register_script(_SCHEDULE_SINCE)
         self._prune = client.register_script(_PRUNE)
+        self._forget = client.register_script(_FORGET)
         self._active_runs = client.register_script(_ACTIVE_RUNS)
         self._history = client.register_script(_HISTORY)
         self._scripts: list[AsyncScript] = [
@@ -488,6 +514,7 @@ class RedisBackend(LeaseBackend):
             self._takeover,
             self._schedule_since,
             self._prune,
+            self._forget,
             self._active_runs,
             self._history,
         ]
@@ -700,3 +727,12 @@ class RedisBackend(LeaseBackend):
             # again by the next batch, so a batch that removed nothing would loop forever.
             if examined < _PRUNE_BATCH or removed == 0:
                 return total
+
+    async def forget_job(self, job: str) -> None:
+        keys = [self.runs_key(job), self.active_key(job), self.expiring_key(job), self.schedule_key(job)]
+        while True:
+            left = await self._call(
+                lambda: self._forget(keys=keys, args=[f"{self.job_prefix(job)}run:", str(_PRUNE_BATCH)])
+            )
+            if int(left) == 0:
+                return

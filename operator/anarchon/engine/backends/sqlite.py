@@ -301,9 +301,17 @@ class SqliteBackend(LeaseBackend):
     async def prune(self, job: str, before_slot: int) -> int:
         def work(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
-                "DELETE FROM anarchon_runs WHERE job=? AND slot<? AND state NOT IN (?, ?)",
-                (job, before_slot, *_ACTIVE),
+                "DELETE FROM anarchon_runs WHERE job=? AND slot<? AND state NOT IN (?, ?)"
+                " AND slot < (SELECT MAX(slot) FROM anarchon_runs WHERE job=?)",
+                (job, before_slot, *_ACTIVE, job),
             )
             return cur.rowcount
 
         return await self._call(self._tx(work))
+
+    async def forget_job(self, job: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM anarchon_runs WHERE job=?", (job,))
+            conn.execute("DELETE FROM anarchon_schedules WHERE job=?", (job,))
+
+        await self._call(self._tx(work))

@@ -1,0 +1,117 @@
+"""History end to end: limits on a quiet job, the store's records by age, a deleted job's store data."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from anarchon.kube.spec import engine_key
+
+from .conftest import Cluster, Replicas, job_manifest
+
+
+def _store_rows(db: Path, key: str) -> tuple[list[int], int]:
+    """The slots the SQLite store holds for the job ``key``, and whether it holds its fingerprint."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        slots = [int(r[0]) for r in conn.execute("SELECT slot FROM anarchon_runs WHERE job=? ORDER BY slot", (key,))]
+        fingerprints = conn.execute("SELECT COUNT(*) FROM anarchon_schedules WHERE job=?", (key,)).fetchone()[0]
+    return slots, int(fingerprints)
+
+
+def _key(cluster: Cluster, job: str) -> str:
+    body = cluster.get("anarchonjob", job)
+    return engine_key(cluster.namespace, job, body["metadata"]["uid"])
+
+
+def test_a_quiet_job_converges_to_its_history_limits(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    """Two manual runs, then nothing: limits of 1 leave one run (and one Pod) per bucket.
+
+    Before the resync, the run that ended last was never counted (it was still running when
+    its own refresh looked), and nothing looked again once the job went quiet: two stayed.
+    """
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
+    replicas.start("replica-0", "--resync", "1s")
+    cluster.apply(job_manifest("quiet", suspend=True, successfulRunsHistoryLimit=1, failedRunsHistoryLimit=3))
+    failing = job_manifest(
+        "quietfail", suspend=True, annotations={"anarchon.test/exit-code": "2"}, failedRunsHistoryLimit=1
+    )
+    cluster.apply(failing)
+    for n, slot in enumerate((1_800_000_000_000, 1_800_000_001_000), start=1):
+        for job, phase in (("quiet", "Succeeded"), ("quietfail", "Failed")):
+            cluster.kubectl("annotate", "--overwrite", "anarchonjob", job, f"anarchon.io/trigger={slot}")
+            cluster.wait(
+                lambda job=job, phase=phase, slot=slot: any(
+                    int(r["spec"]["slot"]) == slot and (r.get("status") or {}).get("phase") == phase
+                    for r in cluster.runs(job)
+                ),
+                timeout=60,
+                what=f"run {n} of {job} to end {phase}",
+            )
+    for job, phase in (("quiet", "Succeeded"), ("quietfail", "Failed")):
+        cluster.wait(lambda job=job: len(cluster.runs(job)) == 1, timeout=30, what=f"{job}'s history down to 1")
+        (kept,) = cluster.runs(job)
+        assert int(kept["spec"]["slot"]) == 1_800_000_001_000 and kept["status"]["phase"] == phase
+        cluster.wait(
+            lambda job=job: len(cluster.pods(f"anarchon.io/job={job}")) == 1,
+            timeout=60,
+            what=f"the Pod of {job}'s deleted run to be garbage-collected",
+        )
+    time.sleep(3)  # and it stays so
+    assert len(cluster.runs("quiet")) == 1 and len(cluster.runs("quietfail")) == 1
+
+
+def test_store_records_are_pruned_by_age_past_an_old_failed_run(
+    cluster: Cluster, replicas_factory, tmp_path: Path
+) -> None:
+    """An old Failed run kept by failedRunsHistoryLimit no longer pins the store's records.
+
+    Before, records were pruned only below the oldest run the history kept, so that Failed
+    run held every later record in the store (one row per slot, for ever).
+    """
+    db = tmp_path / "s.db"
+    replicas: Replicas = replicas_factory(f"sqlite://{db}")
+    replicas.start("replica-0", "--resync", "1s")
+    limits = {"successfulRunsHistoryLimit": 1, "failedRunsHistoryLimit": 1, "startingDeadline": "2s"}
+    cluster.apply(job_manifest("aging", every="1s", annotations={"anarchon.test/exit-code": "1"}, **limits))
+    failed = cluster.wait(
+        lambda: [r for r in cluster.runs("aging") if (r.get("status") or {}).get("phase") == "Failed"],
+        timeout=60,
+        what="a Failed run",
+    )
+    cluster.apply(job_manifest("aging", every="1s", **limits))  # from now on the runs succeed
+    key = _key(cluster, "aging")
+    cluster.wait(lambda: cluster.phases("aging")["Succeeded"] >= 1, timeout=60, what="a Succeeded run")
+    time.sleep(25)
+    runs = cluster.runs("aging")
+    old_failed = [r for r in runs if (r.get("status") or {}).get("phase") == "Failed"]
+    assert old_failed, "the history keeps one Failed run"
+    slots, _ = _store_rows(db, key)
+    # Records live about a claim window past their slot (0.3 s jitter + 2 s deadline + 5 s
+    # clock margin here) plus a resync; 25 s of 1 s slots would leave 25 or more if pinned.
+    assert len(slots) <= 14, slots
+    assert int(old_failed[0]["spec"]["slot"]) not in slots
+    assert int(failed[0]["spec"]["slot"]) not in slots
+    assert max(slots) >= max(int(r["spec"]["slot"]) for r in runs) - 2_000
+
+
+def test_deleting_a_job_deletes_its_store_data(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+    """Every replica forgets the deleted job once its runs stopped; a job beside it keeps its data."""
+    db = tmp_path / "s.db"
+    replicas: Replicas = replicas_factory(f"sqlite://{db}")
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    cluster.apply(job_manifest("doomed", every="1s"))
+    cluster.apply(job_manifest("bystander", every="1s"))
+    cluster.wait(
+        lambda: cluster.phases("doomed")["Succeeded"] >= 2 and cluster.phases("bystander")["Succeeded"] >= 1,
+        timeout=60,
+        what="runs of both jobs",
+    )
+    doomed, bystander = _key(cluster, "doomed"), _key(cluster, "bystander")
+    assert _store_rows(db, doomed)[0] and _store_rows(db, doomed)[1] == 1
+    cluster.kubectl("delete", "anarchonjob", "doomed")
+    cluster.wait(lambda: _store_rows(db, doomed) == ([], 0), timeout=60, what="the store to forget the deleted job")
+    time.sleep(3)  # no replica brings a record of it back
+    assert _store_rows(db, doomed) == ([], 0)
+    assert _store_rows(db, bystander)[0] and _store_rows(db, bystander)[1] == 1
