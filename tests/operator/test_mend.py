@@ -31,6 +31,7 @@ from .conftest import Cluster, job_manifest
 from .test_runner_fencing import attempt
 
 LEASE_MS = 3_000
+OLD_SLOT, NEW_SLOT = 3_600_000, 7_200_000  # slots of 1970: far older than any record is kept
 
 
 @pytest.fixture
@@ -79,6 +80,16 @@ async def _open_run_with_a_live_pod(kube: Kube, spec: JobSpec, slot: int) -> str
     return name
 
 
+async def _replace_in_store(scheduler: Scheduler, spec: JobSpec, at_ms: int) -> list[int]:
+    """The run of OLD_SLOT claimed, then replaced by NEW_SLOT's claim, both at ``at_ms``: the slots replaced."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", at_ms - 1, LEASE_MS, Overlap.REPLACE))
+    won = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", at_ms, LEASE_MS, Overlap.REPLACE))
+    return [r.slot for r in won.replaced]
+
+
 async def _live_pods(kube: Kube, spec: JobSpec, name: str) -> list[str]:
     pods = await pods_of_run(kube, spec.namespace, name)
     return [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -87,16 +98,10 @@ async def _live_pods(kube: Kube, spec: JobSpec, name: str) -> list[str]:
 async def test_a_replaced_run_whose_replacer_died_is_closed_and_its_pod_deleted(
     kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
 ) -> None:
-    key = engine_key(spec.namespace, spec.name, spec.uid)
-    old_slot, new_slot = 3_600_000, 7_200_000
-    name = await _open_run_with_a_live_pod(kube, spec, old_slot)
+    name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
     assert await _live_pods(kube, spec, name), "the old run's Pod must be running"
-    backend = scheduler.backend
-    assert isinstance(backend, SqliteBackend)
     past = int(time.time() * 1000) - 10 * LEASE_MS  # long enough ago that nobody is still writing
-    await backend.claim(ClaimRequest(key, old_slot, "dead-1", "t-old", past, LEASE_MS, Overlap.REPLACE))
-    won = await backend.claim(ClaimRequest(key, new_slot, "dead-2", "t-new", past + 1, LEASE_MS, Overlap.REPLACE))
-    assert [r.slot for r in won.replaced] == [old_slot]  # ... and its winner died before cleaning up
+    assert await _replace_in_store(scheduler, spec, past) == [OLD_SLOT]  # ... and its winner died before cleaning up
 
     status = JobStatus(kube, scheduler, EventPoster(kube))
     await asyncio.wait_for(status.refresh(spec), 60)
@@ -111,7 +116,7 @@ async def test_a_run_given_up_by_a_backup_that_died_is_closed(
     kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
 ) -> None:
     key = engine_key(spec.namespace, spec.name, spec.uid)
-    slot = 3_600_000
+    slot = OLD_SLOT
     name = await _open_run_with_a_live_pod(kube, spec, slot)
     backend = scheduler.backend
     assert isinstance(backend, SqliteBackend)
@@ -130,14 +135,8 @@ async def test_a_run_the_store_ended_just_now_is_left_to_whoever_ended_it(
     kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
 ) -> None:
     """Within a lease of the store's change its author may still be writing: no second writer then."""
-    key = engine_key(spec.namespace, spec.name, spec.uid)
-    old_slot, new_slot = 3_600_000, 7_200_000
-    name = await _open_run_with_a_live_pod(kube, spec, old_slot)
-    backend = scheduler.backend
-    assert isinstance(backend, SqliteBackend)
-    now = int(time.time() * 1000)
-    await backend.claim(ClaimRequest(key, old_slot, "r-1", "t-old", now - 1, LEASE_MS, Overlap.REPLACE))
-    await backend.claim(ClaimRequest(key, new_slot, "r-2", "t-new", now, LEASE_MS, Overlap.REPLACE))
+    name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
+    await _replace_in_store(scheduler, spec, int(time.time() * 1000))
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
 
@@ -149,14 +148,8 @@ async def test_the_periodic_resync_closes_it_too(
     kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
 ) -> None:
     """A quiet job gets no refresh from a run of its own: the resync is what finds its open runs."""
-    key = engine_key(spec.namespace, spec.name, spec.uid)
-    old_slot, new_slot = 3_600_000, 7_200_000
-    name = await _open_run_with_a_live_pod(kube, spec, old_slot)
-    backend = scheduler.backend
-    assert isinstance(backend, SqliteBackend)
-    past = int(time.time() * 1000) - 10 * LEASE_MS
-    await backend.claim(ClaimRequest(key, old_slot, "dead-1", "t-old", past, LEASE_MS, Overlap.REPLACE))
-    await backend.claim(ClaimRequest(key, new_slot, "dead-2", "t-new", past + 1, LEASE_MS, Overlap.REPLACE))
+    name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
+    await _replace_in_store(scheduler, spec, int(time.time() * 1000) - 10 * LEASE_MS)
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
 
@@ -168,15 +161,12 @@ async def test_the_store_keeps_the_record_of_a_run_whose_object_is_open(
     kube: Kube, spec: JobSpec, scheduler: Scheduler
 ) -> None:
     """Pruning by age must not take the store's verdict from a run still waiting to be closed."""
-    key = engine_key(spec.namespace, spec.name, spec.uid)
-    old_slot, new_slot = 3_600_000, 7_200_000  # slots of 1970: far older than any record is kept
-    await _open_run_with_a_live_pod(kube, spec, old_slot)
-    backend = scheduler.backend
-    assert isinstance(backend, SqliteBackend)
-    now = int(time.time() * 1000)
-    await backend.claim(ClaimRequest(key, old_slot, "r-1", "t-old", now - 1, LEASE_MS, Overlap.REPLACE))
-    await backend.claim(ClaimRequest(key, new_slot, "r-2", "t-new", now, LEASE_MS, Overlap.REPLACE))
+    await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
+    await _replace_in_store(scheduler, spec, int(time.time() * 1000))
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)  # within the grace
 
-    assert await backend.get_run(key, old_slot) is not None, "pruned: the open run could never be closed"
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    assert await backend.get_run(key, OLD_SLOT) is not None, "pruned: the open run could never be closed"
