@@ -156,7 +156,7 @@ class Claimer:
             self.timings.samples.append(elapsed)
         if isinstance(self.backend, LeaseBackend):
             started = time.perf_counter()
-            ok = await self.backend.finish(self.job, self.slot, request.token, self.clock.now_ms(), RunState.SUCCESS)
+            ok = await self.backend.finish(self.job, self.slot, request.token, self.clock.now_ms(), RunState.SUCCEEDED)
             elapsed = time.perf_counter() - started
             if not ok:
                 raise RuntimeError(f"{self.job}: finish of slot {self.slot} was refused")
@@ -235,7 +235,7 @@ async def measure_delay(case: BenchCase, result: Result, period_ms: int, slots: 
             result.delays_ms.append(done_ns / 1e6 - slot)
             result.wakes_ms.append(woke_ns / 1e6 - slot)
         if isinstance(backend, LeaseBackend):
-            await backend.finish(job, slot, request.token, clock.now_ms(), RunState.SUCCESS)
+            await backend.finish(job, slot, request.token, clock.now_ms(), RunState.SUCCEEDED)
         await clock.sleep_until(slot + period_ms // 2)
         started = time.perf_counter()
         await case.raw(10**12 + k)  # far above the throughput phase's numbers
@@ -276,7 +276,7 @@ async def measure_contended(case: BenchCase, result: Result, contenders: int, sl
                 timings.samples.append(elapsed)
             backend = backends[winners[0]]
             if isinstance(backend, LeaseBackend):
-                await backend.finish(job, slot, requests[winners[0]].token, clock.now_ms(), RunState.SUCCESS)
+                await backend.finish(job, slot, requests[winners[0]].token, clock.now_ms(), RunState.SUCCEEDED)
     finally:
         await asyncio.gather(*(b.close() for b in backends))
     result.contended = timings

@@ -73,7 +73,7 @@ async def test_heartbeat_extends_lease_and_marks_running(lease_backend: LeaseBac
 async def test_heartbeat_and_finish_with_wrong_token_are_fenced(lease_backend: LeaseBackend, job_name: str) -> None:
     await lease_backend.claim(req(job_name, 1, token="t1"))
     assert not await lease_backend.heartbeat(job_name, 1, "stale", NOW + 1, LEASE)
-    assert not await lease_backend.finish(job_name, 1, "stale", NOW + 1, RunState.SUCCESS)
+    assert not await lease_backend.finish(job_name, 1, "stale", NOW + 1, RunState.SUCCEEDED)
     assert not await lease_backend.release(job_name, 1, "stale", NOW + 1, "x")
     run = await lease_backend.get_run(job_name, 1)
     assert run is not None and run.state is RunState.CLAIMED and run.lease_until_ms == NOW + LEASE
@@ -86,12 +86,12 @@ async def test_heartbeat_on_missing_run_is_rejected(lease_backend: LeaseBackend,
 async def test_finish_success_and_failure(lease_backend: LeaseBackend, job_name: str) -> None:
     await lease_backend.claim(req(job_name, 1, token="t1"))
     await lease_backend.claim(req(job_name, 2, token="t2"))
-    assert await lease_backend.finish(job_name, 1, "t1", NOW + 500, RunState.SUCCESS)
+    assert await lease_backend.finish(job_name, 1, "t1", NOW + 500, RunState.SUCCEEDED)
     assert await lease_backend.finish(job_name, 2, "t2", NOW + 600, RunState.FAILED, "exit code 3")
     one = await lease_backend.get_run(job_name, 1)
     two = await lease_backend.get_run(job_name, 2)
-    assert one is not None and one.state is RunState.SUCCESS and one.error is None
-    assert one.attempts[0].outcome is RunState.SUCCESS and one.attempts[0].ended_ms == NOW + 500
+    assert one is not None and one.state is RunState.SUCCEEDED and one.error is None
+    assert one.attempts[0].outcome is RunState.SUCCEEDED and one.attempts[0].ended_ms == NOW + 500
     assert two is not None and two.state is RunState.FAILED and two.error == "exit code 3"
     assert two.attempts[0].error == "exit code 3"
     # A final run accepts nothing more, not even from its own token.
@@ -115,9 +115,9 @@ async def test_takeover_only_after_expiry(lease_backend: LeaseBackend, job_name:
     ]
     # The old runner is fenced off; the new one is not.
     assert not await lease_backend.heartbeat(job_name, 1, "t1", NOW + LEASE + 2, LEASE)
-    assert not await lease_backend.finish(job_name, 1, "t1", NOW + LEASE + 2, RunState.SUCCESS)
+    assert not await lease_backend.finish(job_name, 1, "t1", NOW + LEASE + 2, RunState.SUCCEEDED)
     assert await lease_backend.heartbeat(job_name, 1, "t2", NOW + LEASE + 2, LEASE)
-    assert await lease_backend.finish(job_name, 1, "t2", NOW + LEASE + 3, RunState.SUCCESS)
+    assert await lease_backend.finish(job_name, 1, "t2", NOW + LEASE + 3, RunState.SUCCEEDED)
 
 
 async def test_concurrent_takeovers_have_one_winner(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:
@@ -183,7 +183,7 @@ async def test_overlap_skip_records_skipped(lease_backend: LeaseBackend, job_nam
 
 async def test_overlap_skip_after_previous_finished(lease_backend: LeaseBackend, job_name: str) -> None:
     await lease_backend.claim(req(job_name, 1, token="t1", overlap=Overlap.SKIP))
-    await lease_backend.finish(job_name, 1, "t1", NOW + 1, RunState.SUCCESS)
+    await lease_backend.finish(job_name, 1, "t1", NOW + 1, RunState.SUCCEEDED)
     assert (await lease_backend.claim(req(job_name, 2, overlap=Overlap.SKIP))).won
 
 
@@ -201,7 +201,7 @@ async def test_concurrent_overlap_skip_claims_of_two_slots(
             )
             assert sum(r.won for r in results) == 1, results
             for run in await backends[0].active_runs(job_name):
-                await backends[0].finish(job_name, run.slot, run.token, NOW, RunState.SUCCESS)
+                await backends[0].finish(job_name, run.slot, run.token, NOW, RunState.SUCCEEDED)
     finally:
         await asyncio.gather(*(b.close() for b in backends))
 
@@ -227,7 +227,7 @@ async def test_last_slot_history_and_prune(lease_backend: LeaseBackend, job_name
     assert await lease_backend.last_slot(job_name) is None
     for slot in (10, 30, 20):
         await lease_backend.claim(req(job_name, slot, token=f"t{slot}"))
-    await lease_backend.finish(job_name, 10, "t10", NOW, RunState.SUCCESS)
+    await lease_backend.finish(job_name, 10, "t10", NOW, RunState.SUCCEEDED)
     await lease_backend.finish(job_name, 20, "t20", NOW, RunState.FAILED, "boom")
     assert await lease_backend.last_slot(job_name) == 30
     history = await lease_backend.history(job_name, limit=2)
@@ -252,7 +252,7 @@ async def test_prune_past_everything_keeps_active_runs_and_the_newest(
     the newest run must stay whatever the bound: it is last_slot, the base of catch-up."""
     for slot in range(1, 8):
         await lease_backend.claim(req(job_name, slot * 10, token=f"t{slot}"))
-        outcome = RunState.FAILED if slot == 1 else RunState.SUCCESS
+        outcome = RunState.FAILED if slot == 1 else RunState.SUCCEEDED
         await lease_backend.finish(job_name, slot * 10, f"t{slot}", NOW, outcome)
     await lease_backend.claim(req(job_name, 35, token="active"))  # an active run in the middle stays
     assert await lease_backend.prune(job_name, before_slot=10**15) == 6

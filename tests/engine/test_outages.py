@@ -80,7 +80,7 @@ async def test_scheduler_survives_a_store_outage(private_server: Any, job_name: 
             assert not task.done(), "the job's loops must survive the outage"
         history = await sched.history(job_name, limit=500)
         ran = {c.slot for c in calls.calls}
-        done = {r.slot for r in history if r.state is RunState.SUCCESS}
+        done = {r.slot for r in history if r.state is RunState.SUCCEEDED}
         assert done <= ran, f"marked successful without running: {sorted(done - ran)[:5]}"
     finally:
         await sched.stop()
@@ -177,7 +177,7 @@ async def test_a_running_run_survives_a_redis_restart_that_lost_every_key(job_na
         go_on.set()
         await wait_for(lambda: not sched.jobs[job_name].running_slots, what="the run to end")
         run = await sched.backend.get_run(job_name, 1_800_000_000_000)  # type: ignore[attr-defined]
-        assert run is not None and run.state is RunState.SUCCESS, run
+        assert run is not None and run.state is RunState.SUCCEEDED, run
         assert len(calls.calls) == 1
     finally:
         await sched.stop(handover=False)

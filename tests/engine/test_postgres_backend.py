@@ -273,7 +273,7 @@ async def test_random_histories_match_the_reference(backend: PostgresBackend, se
             ref.put(expected)
             assert await backend.heartbeat(job, slot, token, now, LEASE) == (expected is not None), where
         elif op == "finish":
-            outcome = rng.choice([RunState.SUCCESS, RunState.FAILED, RunState.INTERRUPTED])
+            outcome = rng.choice([RunState.SUCCEEDED, RunState.FAILED, RunState.INTERRUPTED])
             error = rng.choice([None, "exit code 1", "it's 'quoted' \\ and ünïcode"])
             expected = transitions.finish(ref.get(job, slot), token, now, outcome, error)
             ref.put(expected)
@@ -343,7 +343,7 @@ async def test_overlap_skip_across_slots_under_contention(crowd: list[PostgresBa
         assert len(active) == 1
         slots = {(await crowd[0].get_run("job", base + k)) is not None for k in range(4)}
         assert slots == {True}  # the other slots were recorded (Skipped), once each
-        await crowd[0].finish("job", active[0].slot, active[0].token, NOW, RunState.SUCCESS)
+        await crowd[0].finish("job", active[0].slot, active[0].token, NOW, RunState.SUCCEEDED)
 
 
 async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) -> None:
@@ -351,7 +351,7 @@ async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) 
     for slot in range(20):
         await crowd[0].claim(ClaimRequest("job", slot, "old", "old-token", NOW, LEASE, Overlap.ALLOW))
         later = NOW + LEASE + 1
-        finishing = asyncio.ensure_future(crowd[0].finish("job", slot, "old-token", later, RunState.SUCCESS))
+        finishing = asyncio.ensure_future(crowd[0].finish("job", slot, "old-token", later, RunState.SUCCEEDED))
         takeovers = await asyncio.gather(
             *(
                 b.takeover(TakeoverRequest("job", slot, f"b{n}", f"new-{n}", later, LEASE, 3))
@@ -363,7 +363,7 @@ async def test_takeover_races_with_the_old_runner(crowd: list[PostgresBackend]) 
         run = await crowd[0].get_run("job", slot)
         assert run is not None
         if finished:
-            assert won == [] and run.state is RunState.SUCCESS and run.attempt == 1
+            assert won == [] and run.state is RunState.SUCCEEDED and run.attempt == 1
         else:
             assert len(won) == 1 and won[0].run is not None
             assert (run.state, run.attempt, run.token) == (RunState.CLAIMED, 2, won[0].run.token)

@@ -72,7 +72,7 @@ def own_server() -> Iterator[RedisServer]:
 async def test_key_layout_and_types(backend: RedisBackend, prefix: str) -> None:
     await backend.claim(req("sync", 1000, token="t1"))
     await backend.claim(req("sync", 2000, token="t2"))
-    await backend.finish("sync", 1000, "t1", NOW + 1, RunState.SUCCESS)
+    await backend.finish("sync", 1000, "t1", NOW + 1, RunState.SUCCEEDED)
     await backend.schedule_since("sync", "every:1000", NOW)
     r = backend.client
     keys = sorted(await r.keys(f"{prefix}:*"))
@@ -90,7 +90,7 @@ async def test_key_layout_and_types(backend: RedisBackend, prefix: str) -> None:
     assert await r.zrange(f"{prefix}:{{sync}}:active", 0, -1) == ["2000"]
     assert await r.zrange(f"{prefix}:{{sync}}:runs", 0, -1, withscores=True) == [("1000", 1000.0), ("2000", 2000.0)]
     fields = await r.hgetall(f"{prefix}:{{sync}}:run:1000")
-    assert fields["state"] == "Success" and fields["token"] == "t1" and "error" not in fields
+    assert fields["state"] == "Succeeded" and fields["token"] == "t1" and "error" not in fields
     assert await r.hgetall(f"{prefix}:{{sync}}:schedule") == {"fingerprint": "every:1000", "since": str(NOW)}
     # Every key of the job is in one cluster hash slot, the one of the bare job name.
     assert {key_slot(str(k).encode()) for k in keys} == {key_slot(b"sync")}
@@ -162,7 +162,7 @@ async def test_every_script_stays_in_the_jobs_cluster_slot(prefix: str) -> None:
                 assert await b.heartbeat(job, 3, "t3", NOW + 1, LEASE)
                 assert await b.release(job, 3, "t3", NOW + 2, "stop")
                 assert (await b.takeover(TakeoverRequest(job, 3, "b", "t4", NOW + 3, LEASE, 3))).won
-                assert await b.finish(job, 3, "t4", NOW + 4, RunState.SUCCESS)
+                assert await b.finish(job, 3, "t4", NOW + 4, RunState.SUCCEEDED)
                 assert (await b.claim(req(job, 4, token="t5", now=NOW + 120_000))).won
                 assert [r.slot for r in await b.active_runs(job)] == [4]
                 assert [r.slot for r in await b.history(job)] == [4, 3, 2, 1]
@@ -195,7 +195,7 @@ async def test_scripts_are_reloaded_after_script_flush(backend: RedisBackend) ->
     # Every kind of call still works: redis-py answers NOSCRIPT with SCRIPT LOAD + EVALSHA.
     assert (await backend.claim(req("j", 2, token="t2"))).won
     assert await backend.heartbeat("j", 1, "t1", NOW + 1, LEASE)
-    assert await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCESS)
+    assert await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCEEDED)
     assert [r.slot for r in await backend.active_runs("j")] == [2]
     assert await backend.client.script_exists(backend._claim.sha) == [True]
 
@@ -245,7 +245,7 @@ async def test_many_instances_claim_one_slot_once(redis_url: str, prefix: str) -
             assert all(r.outcome is ClaimOutcome.TAKEN for r in results if not r.won)
             stored = await backends[0].get_run("j", slot)
             assert stored is not None and winners[0].run is not None and stored.token == winners[0].run.token
-            await backends[0].finish("j", slot, stored.token, NOW, RunState.SUCCESS)
+            await backends[0].finish("j", slot, stored.token, NOW, RunState.SUCCEEDED)
     finally:
         await asyncio.gather(*(b.close() for b in backends))
 
@@ -370,7 +370,7 @@ async def test_retention_expires_final_runs_only(redis_url: str, prefix: str) ->
         await b.claim(req("j", 1, token="t1"))
         await b.claim(req("j", 2, token="t2"))
         await b.claim(req("j", 3, token="t3"))
-        await b.finish("j", 1, "t1", NOW, RunState.SUCCESS)
+        await b.finish("j", 1, "t1", NOW, RunState.SUCCEEDED)
         await b.takeover(TakeoverRequest("j", 2, "b", "x", NOW + LEASE, LEASE, 1))  # exhausted: Interrupted
         skipped = await b.claim(req("j", 4, overlap=Overlap.SKIP))
         assert skipped.outcome is ClaimOutcome.SKIPPED
@@ -414,7 +414,7 @@ async def test_retention_keeps_the_newest_slot_through_catch_up_claims(redis_url
     async with RedisBackend(redis_url, prefix=prefix, retention_ms=200) as b:
         assert isinstance(b, RedisBackend)
         await b.claim(req("j", 5, token="t5"))
-        await b.finish("j", 5, "t5", NOW, RunState.SUCCESS)
+        await b.finish("j", 5, "t5", NOW, RunState.SUCCEEDED)
         await _wait_expired(b, b.run_key("j", 5))
         assert (await b.claim(req("j", 1, token="t1", now=NOW + 60_000))).won  # an older slot
         assert await b.last_slot("j") == 5
@@ -426,7 +426,7 @@ async def test_prune_clears_both_indexes_of_expired_runs(redis_url: str, prefix:
         assert isinstance(b, RedisBackend)
         for slot in (1, 2):
             await b.claim(req("j", slot, token=f"t{slot}"))
-            await b.finish("j", slot, f"t{slot}", NOW, RunState.SUCCESS)
+            await b.finish("j", slot, f"t{slot}", NOW, RunState.SUCCEEDED)
         await b.claim(req("j", 3, token="t3"))
         await _wait_expired(b, b.run_key("j", 1), b.run_key("j", 2))
         assert await b.prune("j", 10) == 0  # nothing left to delete: the runs expired
@@ -450,9 +450,9 @@ async def test_finish_after_release_sets_the_final_error(backend: RedisBackend) 
     """A released attempt still holds the token: finishing it replaces the release reason."""
     await backend.claim(req("j", 1, token="t1"))
     assert await backend.release("j", 1, "t1", NOW + 1, "handing over")
-    assert await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCESS)
+    assert await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCEEDED)
     run = await backend.get_run("j", 1)
-    assert run is not None and run.state is RunState.SUCCESS and run.error is None
+    assert run is not None and run.state is RunState.SUCCEEDED and run.error is None
     assert run.attempts[0].outcome is RunState.INTERRUPTED  # closed by the release, kept as it was
     assert "error" not in await backend.client.hgetall(backend.run_key("j", 1))
 
@@ -477,7 +477,7 @@ async def test_prune_works_through_batches(backend: RedisBackend) -> None:
     for slot in range(n):
         await backend.claim(req("j", slot, token=f"t{slot}"))
         if slot != 7:
-            await backend.finish("j", slot, f"t{slot}", NOW, RunState.SUCCESS)
+            await backend.finish("j", slot, f"t{slot}", NOW, RunState.SUCCEEDED)
     assert await backend.prune("j", before_slot=n - 1) == n - 2  # all but the active 7 and the last
     assert [r.slot for r in await backend.history("j")] == [n - 1, 7]
     assert await backend.client.zcard(backend.runs_key("j")) == 2
@@ -536,7 +536,7 @@ async def test_same_answers_as_sqlite_reference(backend: RedisBackend, tmp_path:
                 assert ok == await reference.heartbeat(*args), step
                 seen[f"heartbeat {ok}"] += 1
             elif op == "finish":
-                outcome = rng.choice([RunState.SUCCESS, RunState.FAILED, RunState.INTERRUPTED])
+                outcome = rng.choice([RunState.SUCCEEDED, RunState.FAILED, RunState.INTERRUPTED])
                 error = rng.choice([None, "exit 1", 'é/"quoted"\n'])
                 fargs = (job, slot, token, now, outcome, error)
                 ok = await backend.finish(*fargs)

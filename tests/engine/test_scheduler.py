@@ -85,9 +85,9 @@ async def test_one_winner_per_slot_and_no_slot_lost(cluster, clock: ScaledClock,
     by_slot = {r.slot: r for r in history}
     first, last = min(by_slot), max(by_slot)
     assert sorted(by_slot) == list(range(first, last + 1000, 1000)), "a slot was lost"
-    ran = {s for s, r in by_slot.items() if r.state is RunState.SUCCESS}
+    ran = {s for s, r in by_slot.items() if r.state is RunState.SUCCEEDED}
     assert ran == set(slots)
-    assert all(r.state in (RunState.SUCCESS, RunState.SKIPPED) and r.attempt <= 1 for r in history)
+    assert all(r.state in (RunState.SUCCEEDED, RunState.SKIPPED) and r.attempt <= 1 for r in history)
 
 
 async def test_backup_takes_over_when_runner_dies(cluster, clock: ScaledClock, job_name: str) -> None:

@@ -51,3 +51,25 @@ async def test_use_before_setup_and_after_close_is_a_store_error(tmp_path: Path)
     await backend.setup()  # and it can be opened again
     assert await backend.last_slot("job") is None
     await backend.close()
+
+
+async def test_a_record_written_before_the_rename_reads_as_succeeded(tmp_path: Path) -> None:
+    """Earlier versions stored "Success"; the engine's word (and the AnarchonRun's) is now "Succeeded"."""
+    import sqlite3
+
+    from anarchon.engine import RunState
+
+    backend = SqliteBackend(tmp_path / "store.db")
+    await backend.setup()
+    try:
+        await backend.claim(ClaimRequest("j", 1, "i", "t1", 10, 1_000, Overlap.ALLOW))
+        assert await backend.finish("j", 1, "t1", 20, RunState.SUCCEEDED)
+        with sqlite3.connect(tmp_path / "store.db") as conn:  # as an earlier version left it
+            conn.execute(
+                "UPDATE anarchon_runs SET state = 'Success', attempts = replace(attempts, 'Succeeded', 'Success')"
+            )
+        run = await backend.get_run("j", 1)
+        assert run is not None and run.state is RunState.SUCCEEDED
+        assert [a.outcome for a in run.attempts] == [RunState.SUCCEEDED]
+    finally:
+        await backend.close()

@@ -51,7 +51,7 @@ async def test_a_store_blip_at_confirm_is_retried_not_taken_for_fenced(
         assert run is not None
         assert store.rules[0].fired == 1, "the fault must have hit confirm()'s heartbeat"
         assert did == [SLOT], "confirm() must retry a store error within the lease and say yes"
-        assert run.state is RunState.SUCCESS
+        assert run.state is RunState.SUCCEEDED
     finally:
         await sched.stop(handover=False)
         await store.close()
@@ -82,7 +82,7 @@ async def test_a_store_outage_past_the_lease_at_confirm_records_no_success(
         await asyncio.sleep(0.5)  # 5 fake seconds: a wrongly written Success would be there by now
         run = await store.inner.get_run(job_name, SLOT)
         assert run is not None
-        assert run.state is not RunState.SUCCESS, "an attempt that did nothing was recorded Success"
+        assert run.state is not RunState.SUCCEEDED, "an attempt that did nothing was recorded Success"
         assert calls.calls[0].stop_reason == "lease lost"
         assert not listener.of("finished"), listener.events
     finally:
@@ -106,10 +106,10 @@ async def test_a_finish_whose_reply_was_lost_is_reported_finished(
         await sched.trigger(job_name, SLOT)
         await wait_for(lambda: bool(listener.of("finished") or listener.of("fenced")), what="the attempt's end")
         assert store.rules[0].fired == 1
-        assert [e[4] for e in listener.of("finished")] == ["Success"], listener.events
+        assert [e[4] for e in listener.of("finished")] == ["Succeeded"], listener.events
         assert not listener.of("fenced"), listener.events
         run = await store.inner.get_run(job_name, SLOT)
-        assert run is not None and run.state is RunState.SUCCESS
+        assert run is not None and run.state is RunState.SUCCEEDED
     finally:
         await sched.stop(handover=False)
         await store.close()
@@ -135,7 +135,7 @@ async def test_a_takeover_whose_reply_was_lost_keeps_its_attempt(
         assert store.rules[0].fired == 1
         run = await store.inner.get_run(job_name, SLOT)
         assert run is not None
-        assert run.state is RunState.SUCCESS
+        assert run.state is RunState.SUCCEEDED
         assert run.attempt == 2, [(a.attempt, a.instance, a.outcome, a.error) for a in run.attempts]
         assert [c.attempt for c in calls.calls] == [2]
     finally:
@@ -192,7 +192,7 @@ async def test_a_hand_over_does_not_use_up_an_attempt(make_backend: Callable[[],
         await wait_for(lambda: bool(listener.of("finished")), timeout_s=30, what="the run to end on two")
         run = await two.backend.get_run(job_name, SLOT)  # type: ignore[attr-defined]
         assert run is not None
-        assert run.state is RunState.SUCCESS, run.error
+        assert run.state is RunState.SUCCEEDED, run.error
         assert [(c.attempt, c.instance) for c in calls.calls] == [(1, "one"), (2, "two")]
         assert (run.attempts[0].error or "").startswith("handed over"), run.attempts[0]
     finally:

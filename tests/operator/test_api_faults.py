@@ -65,7 +65,7 @@ RUN_STATUS = {"resource": "anarchonruns", "subresource": "status"}
 TRANSIENT = {
     "500 on the run's create": Fault("status", code=500, verb="create", resource="anarchonruns", times=1),
     "run created, reply lost": Fault("lost_reply", verb="create", resource="anarchonruns", times=1),
-    "429 on the Pod listing": Fault("status", code=429, verb="list", resource="pods", times=2),
+    "429 on the Pod's read": Fault("status", code=429, verb="get", resource="pods", times=2),
     "503 on the Pod's create": Fault("status", code=503, verb="create", resource="pods", times=2),
     "Pod created, reply lost": Fault("lost_reply", verb="create", resource="pods", times=1),
     "reset on a status write": Fault("reset", verb="update", times=1, **RUN_STATUS),
@@ -83,6 +83,16 @@ async def test_a_transient_api_fault_is_retried_and_the_run_ends_as_its_pod_did(
     status = _run(cluster, spec)["status"]
     assert status["phase"] == "Succeeded", status
     assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "one Pod, whatever was retried"
+
+
+async def test_attempt_one_reads_its_pod_by_name_and_lists_no_pods(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube
+) -> None:
+    """A LIST by label makes the API server scan the namespace's Pods: a run's first attempt needs none."""
+    await _attempt(through_proxy, spec)
+    assert _run(cluster, spec)["status"]["phase"] == "Succeeded"
+    assert proxy.count(verb="list", resource="pods") == 0
+    assert proxy.count(verb="get", resource="pods", name=run_name(spec.name, SLOT)) >= 1
 
 
 async def test_a_500_on_the_final_status_write_never_fails_a_succeeded_run(

@@ -243,7 +243,7 @@ def test_metrics_liveness_and_readiness_endpoints(cluster: Cluster, replicas_fac
     text = cluster.wait(lambda: "anarchon_runs_total" in (t := scrape()) and t, timeout=30, what="metrics")
     assert 'anarchon_claims_total{result="won"}' in text
     assert "anarchon_slot_claim_skew_seconds_bucket" in text
-    assert 'anarchon_runs_total{outcome="Success"}' in text
+    assert 'anarchon_runs_total{outcome="Succeeded"}' in text
     assert "anarchon_pod_watch_up 1.0" in text
     launched = [line for line in text.splitlines() if line.startswith("anarchon_slot_pod_skew_seconds_count ")]
     assert launched and float(launched[0].split()[1]) >= 2, launched  # one per first-attempt Pod
@@ -313,7 +313,7 @@ def test_cli_trigger_runs_once_even_after_a_restart(
         return [r["metadata"]["name"] for r in cluster.runs("once")]
 
     # Its AnarchonRun may be gone again within a second (history limit 1): the log is the record.
-    succeeded = f"@{slot} attempt 1: Success"
+    succeeded = f"@{slot} attempt 1: Succeeded"
     cluster.wait(lambda: succeeded in replicas.log("replica-0"), timeout=60, what="the triggered run to succeed")
     annotations = cluster.get("anarchonjob", "once")["metadata"]["annotations"]
     assert annotations["anarchon.io/trigger-handled"] == str(slot)

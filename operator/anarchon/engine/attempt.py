@@ -4,7 +4,7 @@ This is the lease logic of the runner side. While the handler runs and says it i
 the lease is pushed forward every heartbeat. Whatever happens, exactly one of these ends
 the attempt in the store, always with the attempt's own token:
 
-* handler returns → ``finish(Success)``; raises → ``finish(Failed)``;
+* handler returns → ``finish(Succeeded)``; raises → ``finish(Failed)``;
 * timeout → the handler is cancelled, ``finish(Failed)``;
 * handler raises RunInterrupted, or the instance stops → ``release`` (next attempt at once);
 * the store rejects our token (a backup took over, or Replace) → fenced: nothing is written,
@@ -203,7 +203,7 @@ class AttemptRunner:
             return await self._release(f"{HANDED_OVER}: {ctx.stop_reason or 'cancelled'}")
         exc = task.exception()
         if exc is None:
-            return await self._finish(RunState.SUCCESS, None)
+            return await self._finish(RunState.SUCCEEDED, None)
         if isinstance(exc, RunInterrupted):
             if ctx.stop_reason == SHUTDOWN:
                 return await self._release(f"{HANDED_OVER}: {exc or SHUTDOWN}")

@@ -369,7 +369,7 @@ class JobLoop:
         except Exception as exc:
             self.listener.finished(job.name, ctx.slot, 1, RunState.FAILED, f"{type(exc).__name__}: {exc}")
         else:
-            self.listener.finished(job.name, ctx.slot, 1, RunState.SUCCESS, None)
+            self.listener.finished(job.name, ctx.slot, 1, RunState.SUCCEEDED, None)
 
     # -- backups ---------------------------------------------------------------------------------
 

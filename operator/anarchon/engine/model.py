@@ -3,7 +3,7 @@
 A run is one slot of one job, named across the cluster by ``(job, slot)``. It moves through
 the states of the seed's state machine::
 
-    Due -> Claimed -> Running -> Success | Failed
+    Due -> Claimed -> Running -> Succeeded | Failed
                       Running -> Interrupted -> Running (next attempt, a takeover)
     Due -> Skipped (an earlier run of the job still holds its lease)
 
@@ -23,7 +23,7 @@ class RunState(StrEnum):
 
     CLAIMED = "Claimed"
     RUNNING = "Running"
-    SUCCESS = "Success"
+    SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     INTERRUPTED = "Interrupted"
     SKIPPED = "Skipped"
@@ -31,6 +31,11 @@ class RunState(StrEnum):
     @property
     def active(self) -> bool:
         return self in (RunState.CLAIMED, RunState.RUNNING)
+
+    @classmethod
+    def _missing_(cls, value: object) -> RunState | None:
+        # Records written by earlier versions say "Success"; the word is "Succeeded" everywhere now.
+        return cls.SUCCEEDED if value == "Success" else None
 
 
 FINAL_STATES = frozenset(s for s in RunState if not s.active)

@@ -30,15 +30,6 @@ from .spec import JobSpec, engine_key
 
 log = logging.getLogger("anarchon.kube.mend")
 
-#: The phase an object takes for a run the store ended this way.
-PHASE_OF = {
-    RunState.SUCCESS: "Succeeded",
-    RunState.FAILED: "Failed",
-    RunState.INTERRUPTED: "Interrupted",
-    RunState.SKIPPED: "Skipped",
-}
-
-
 def open_run(item: dict[str, Any]) -> bool:
     """The object says the run is not over: it runs, or waits between attempts."""
     status = item.get("status") or {}
@@ -70,13 +61,13 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
 
 
 async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
-    message = run.error or f"ended in the store as {PHASE_OF[run.state]}"
+    phase = str(run.state)  # the engine's words are the AnarchonRun's phases
+    message = run.error or f"ended in the store as {phase}"
     log.warning("run %s is open but its run ended in the store (%s): closing it", name, message)
     if run.state is RunState.INTERRUPTED and message.startswith(REPLACED_BY):
         pods = [p["metadata"]["name"] for p in await pods_of_run(kube, spec.namespace, name)]
         await end_replaced(kube, spec.namespace, name, pods, message)
         return
-    phase = PHASE_OF[run.state]
     await runs.update_status(
         kube,
         spec.namespace,

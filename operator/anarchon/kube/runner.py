@@ -119,7 +119,7 @@ class PodRunner:
                 log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
 
     async def _adopt_or_launch(self, ctx: RunContext, spec: JobSpec, name: str, run_uid: str) -> PodView:
-        existing = [fate_of(p) for p in await pods_of_run(self.kube, spec.namespace, name)]
+        existing = await self._pods(ctx, spec, name)
         keep = next((v for v in reversed(existing) if v.fate is not PodFate.LOST), None)
         if keep is not None:
             await _confirm(ctx)
@@ -162,6 +162,18 @@ class PodRunner:
             message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}",
         )
         return fate_of(created)
+
+    async def _pods(self, ctx: RunContext, spec: JobSpec, name: str) -> list[PodView]:
+        """The run's Pods. Attempt 1 reads its one name (a GET); a later attempt lists by label.
+
+        The listing also finds a Pod that an earlier version named per attempt (``<run>-a<N>``)
+        and that may still run after an upgrade; attempt 1 has no such past. A LIST by label
+        costs the API server a scan of the namespace's Pods; most runs never need it.
+        """
+        if ctx.attempt > 1:
+            return [fate_of(p) for p in await pods_of_run(self.kube, spec.namespace, name)]
+        pod = await read_pod(self.kube, spec.namespace, pod_name(name))
+        return [] if pod is None else [fate_of(pod)]
 
     async def _fenced_after_launch(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, new: bool) -> None:
         """Fenced with the run's Pod just created (frozen past the lease between check and create).

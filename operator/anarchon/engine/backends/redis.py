@@ -442,7 +442,7 @@ def redact_url(url: str) -> str:
 class RedisBackend(LeaseBackend):
     """Lease store on Redis or Valkey (standalone or behind a proxy; keys are cluster-ready).
 
-    ``retention_ms``: when set, every run that becomes final (Success, Failed, Interrupted,
+    ``retention_ms``: when set, every run that becomes final (Succeeded, Failed, Interrupted,
     Skipped) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
     the store forever even if nobody calls :meth:`prune`. It must be far longer than any
     window in which an instance could still claim that slot (catch-up, clock skew): once a
