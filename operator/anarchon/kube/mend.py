@@ -30,6 +30,7 @@ from .spec import JobSpec, engine_key
 
 log = logging.getLogger("anarchon.kube.mend")
 
+
 def open_run(item: dict[str, Any]) -> bool:
     """The object says the run is not over: it runs, or waits between attempts."""
     status = item.get("status") or {}
