@@ -113,3 +113,26 @@ async def test_a_runner_told_its_run_was_replaced_deletes_its_pod_and_ends_the_r
     status = cluster.get("anarchonrun", run_name(spec.name, SLOT))["status"]
     assert status["phase"] == "Interrupted" and status["finishTime"], status
     assert "replaced" in status["message"]
+
+
+async def test_a_replaced_runs_pod_is_deleted_without_a_grace_period(
+    kube: Kube, spec: JobSpec, cluster: Cluster
+) -> None:
+    """The run is recorded Interrupted: its Pod must not go on to end Succeeded in a grace period.
+
+    Before, the Pod was deleted gracefully (30 s): a workload finishing in that time ended
+    Succeeded while its run said Interrupted (the chaos soak's referee caught it).
+    """
+    ctx = attempt(1, True, True)
+    task = await _running(kube, spec, ctx)
+    pod = run_name(spec.name, SLOT)
+    hold = {"metadata": {"finalizers": ["anarchon.test/hold"]}}  # keeps the object, to read how it was deleted
+    await kube.core.patch_namespaced_pod(pod, spec.namespace, hold)
+    try:
+        ctx.request_stop("replaced")
+        with pytest.raises(RunInterrupted, match="replaced"):
+            await asyncio.wait_for(task, 30)
+        deleted = (await kube.core.read_namespaced_pod(pod, spec.namespace)).metadata
+        assert deleted.deletion_timestamp and deleted.deletion_grace_period_seconds == 0
+    finally:
+        await kube.core.patch_namespaced_pod(pod, spec.namespace, {"metadata": {"finalizers": None}})

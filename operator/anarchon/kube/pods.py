@@ -220,11 +220,14 @@ async def delete_pod(
     kube: Kube, namespace: str, name: str, *, grace_seconds: int | None = None, if_version: str | None = None
 ) -> bool:
     """Delete the Pod (gone already counts); False if ``if_version`` no longer matches (it changed)."""
-    options: dict[str, Any] = {}
+    # Everything in the body (DeleteOptions): with a body, the API server ignores the query's
+    # gracePeriodSeconds, so a grace sent beside a precondition was silently the Pod's default.
+    body: dict[str, Any] = {}
     if grace_seconds is not None:
-        options["grace_period_seconds"] = grace_seconds
+        body["gracePeriodSeconds"] = grace_seconds
     if if_version is not None:
-        options["body"] = {"preconditions": {"resourceVersion": if_version}}
+        body["preconditions"] = {"resourceVersion": if_version}
+    options: dict[str, Any] = {"body": body} if body else {}
 
     def delete() -> Awaitable[object]:
         return kube.core.delete_namespaced_pod(name, namespace, **options)

@@ -375,8 +375,10 @@ async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], m
 
     A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as
     its Pod was. Each delete is conditional on the version of the Pod we read, so a Pod
-    that ends between our read and our delete is not taken for interrupted. Returns the
-    Pod's outcome, if one ended. Safe to repeat, and to run on several replicas at once.
+    that ends between our read and our delete is not taken for interrupted; and it has no
+    grace period, so the Pod cannot go on to end Succeeded after its run was recorded
+    Interrupted (the kubelet still stops its containers with SIGTERM, then SIGKILL). Returns
+    the Pod's outcome, if one ended. Safe to repeat, and to run on several replicas at once.
     """
     ended: PodView | None = None
     for pod in pods:
@@ -408,7 +410,7 @@ async def _stop_pod(kube: Kube, namespace: str, pod: str) -> PodView | None:
         if view.body is None:
             return None
         version = str((view.body.get("metadata") or {}).get("resourceVersion") or "")
-        if await delete_pod(kube, namespace, pod, if_version=version or None):
+        if await delete_pod(kube, namespace, pod, grace_seconds=0, if_version=version or None):
             return None
 
 
