@@ -1,6 +1,7 @@
 """The chaos soak: at least 3,000 slots with every kind of fault, zero broken promises.
 
-Run it with ``ANARCHON_SOAK=1 bash tests/run.sh tests/chaos`` (tests/run.sh leaves it out otherwise).
+It is part of ``bash tests/run.sh`` (and so of CI); ``bash tests/run.sh tests/chaos`` runs only it,
+``ANARCHON_SOAK=0`` leaves it out.
 
 ``ANARCHON_SOAK_SLOTS`` sets the size (default 3,000; e.g. 20,000 for a long run) and
 ``ANARCHON_SOAK_SEED`` the random seed of the faults.
