@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import watch
 
-from anarchon.kube.client import MERGE, ApiException, Kube, connect, transient
+from anarchon.kube.client import ApiException, Kube, connect, transient
+from anarchon.kube.constants import MERGE
 from tests.faults.apiproxy import ApiFaultProxy, Fault, RequestInfo, parse_request
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..engine.clock import SystemClock
 from ..engine.retry import retry
-from .constants import GROUP, JOBS, MERGE, RUNS, VERSION
+from .constants import GROUP, JOBS, MERGE, VERSION
 
 log = logging.getLogger("anarchon.kube.client")
 T = TypeVar("T")
@@ -31,13 +31,7 @@ RETRY_FOR_MS = 60_000
 #: Answers that say "not now" rather than "no": the same request may well succeed later.
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
-# GROUP, MERGE, RUNS and VERSION live in .constants; re-exported only because tests/chaos and
-# tests/faults import them from here (to be moved to .constants there).
 __all__ = [
-    "GROUP",
-    "MERGE",
-    "RUNS",
-    "VERSION",
     "ApiException",
     "CredentialsError",
     "Kube",
