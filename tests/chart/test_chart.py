@@ -143,6 +143,7 @@ def test_operator_command_ports_probes_and_identity() -> None:
     assert "--all-namespaces" in c["args"]
     assert "--metrics-port=8080" in c["args"] and "--health-port=8081" in c["args"]
     assert "--log-format=json" in c["args"]
+    assert "--resync=30s" in c["args"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     for probe in ("startupProbe", "livenessProbe"):
@@ -420,6 +421,7 @@ def test_sqlite_single_replica_with_pvc() -> None:
         ({"redis": {"maxmemory": "0"}}, "/redis/maxmemory"),
         ({"redis": {"maxmemory": "200 MB"}}, "/redis/maxmemory"),
         ({"redis": {"maxmemoryPolicy": "allkeys-lru"}}, "maxmemoryPolicy"),
+        ({"operator": {"resync": "soon"}}, "/operator/resync"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else "",
 )
