@@ -183,3 +183,46 @@ async def test_a_running_run_survives_a_redis_restart_that_lost_every_key(job_na
         await sched.stop(handover=False)
         await sched.backend.close()
         server.stop()
+
+
+async def test_after_redis_lost_its_state_skip_never_launches_beside_a_running_run(job_name: str) -> None:
+    """Redis restarts empty while a Skip job's run is running, on two instances.
+
+    The next slot's claim finds no active run: before, it won and a second run started beside
+    the first (the runner claims its run back only at its next heartbeat, up to 5 s later
+    here). Now the claim learns from the job's epoch that the store lost its state and waits
+    a lease, so that the runner has claimed its run back first: the slot is Skipped.
+    """
+    server = RedisServer()
+    try:
+        server.start()
+    except Exception as exc:
+        pytest.fail(f"redis server did not start: {exc}")
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    go_on = asyncio.Event()
+    errors = Errors()
+
+    async def long(ctx: RunContext) -> None:
+        await go_on.wait()
+
+    instances = [
+        Scheduler(_backend(server), instance_id=f"i{n}", clock=clock, listener=errors if n == 0 else None)
+        for n in range(2)
+    ]
+    for sched in instances:
+        sched.every(job_name, "1s", calls.handler(long), jitter=0, overlap="Skip", heartbeat="5s", lease="15s")
+        await sched.start()
+    try:
+        await wait_for(lambda: len(calls.calls) == 1, what="the first run")
+        await asyncio.sleep(0.3)  # 3 fake seconds: both instances claimed slots (and met the job's epoch)
+        await asyncio.to_thread(server.restart)  # same port, every key gone
+        await asyncio.sleep(2.5)  # 25 fake seconds: 25 slots, 5 heartbeats, a lease and more
+        assert len(calls.calls) == 1, f"a second run beside the first: {[c.slot for c in calls.calls]}"
+        assert "reclaim" in errors.store_errors or "claim" in errors.store_errors
+    finally:
+        go_on.set()
+        for sched in instances:
+            await sched.stop(handover=False)
+            await sched.backend.close()
+        server.stop()

@@ -27,6 +27,7 @@ from anarchon.engine import (
     Overlap,
     RunState,
     StoreError,
+    StoreLostState,
     TakeoverRequest,
 )
 from anarchon.engine.backends import from_url
@@ -83,9 +84,11 @@ async def test_key_layout_and_types(backend: RedisBackend, prefix: str) -> None:
             f"{prefix}:{{sync}}:active",
             f"{prefix}:{{sync}}:runs",
             f"{prefix}:{{sync}}:schedule",
+            f"{prefix}:{{sync}}:epoch",
         ]
     )
     assert await r.type(f"{prefix}:{{sync}}:run:1000") == "hash"
+    assert await r.type(f"{prefix}:{{sync}}:epoch") == "string"
     assert await r.type(f"{prefix}:{{sync}}:active") == "zset"
     assert await r.zrange(f"{prefix}:{{sync}}:active", 0, -1) == ["2000"]
     assert await r.zrange(f"{prefix}:{{sync}}:runs", 0, -1, withscores=True) == [("1000", 1000.0), ("2000", 2000.0)]
@@ -263,7 +266,11 @@ async def test_store_down_is_a_store_error_then_recovers(own_server: RedisServer
         with pytest.raises(StoreError):
             await b.heartbeat("j", 1, "t1", NOW, LEASE)
         own_server.restart()  # same port, empty store, no scripts loaded
-        # The pooled connections died with the old server: the next call reconnects.
+        # The pooled connections died with the old server: the next call reconnects, and
+        # learns that the store lost the job's records (the claim is not applied then).
+        with pytest.raises(StoreLostState):
+            await b.claim(req("j", 2, token="t2"))
+        assert await b.get_run("j", 2) is None
         assert (await b.claim(req("j", 2, token="t2"))).won
         assert await b.heartbeat("j", 2, "t2", NOW + 1, LEASE)
         assert await b.get_run("j", 1) is None  # that store is gone (persistence is off)

@@ -14,6 +14,7 @@ from .errors import (
     RunInterrupted,
     ScheduleError,
     StoreError,
+    StoreLostState,
 )
 from .events import EngineListener
 from .job import Handler, Job, JobOptions, RunContext
@@ -54,6 +55,7 @@ __all__ = [
     "ScheduleError",
     "Scheduler",
     "StoreError",
+    "StoreLostState",
     "SystemClock",
     "TakeoverRequest",
     "cron",

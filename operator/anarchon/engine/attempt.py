@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from .backend import ClaimRequest, LeaseBackend
 from .clock import Clock
-from .errors import RunFailed, RunInterrupted, StoreError, is_store_error
+from .errors import RunFailed, RunInterrupted, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Handler, ResolvedOptions, RunContext
 from .model import REPLACED_BY, Overlap, RunState, token_hash
@@ -136,7 +136,12 @@ class AttemptRunner:
         now = self.clock.now_ms()
         request = ClaimRequest(ctx.job, ctx.slot, ctx.instance, ctx.token, now, self.options.lease_ms, Overlap.ALLOW)
         try:
-            result = await self.backend.claim(request)
+            try:
+                result = await self.backend.claim(request)
+            except StoreLostState:
+                # Told so by this very claim (it was not applied): we are the ones to claim
+                # back what we run, at once; new claims wait for us.
+                result = await self.backend.claim(request)
         except StoreError:
             return False
         if result.run is None or result.run.token != ctx.token:

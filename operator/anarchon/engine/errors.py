@@ -20,6 +20,19 @@ class StoreError(AnarchonError):
     """The store did not answer or answered with an error; the operation may be retried."""
 
 
+class StoreLostState(StoreError):
+    """The store has forgotten a job it held (a Redis restarted empty, or failed over to an empty replica).
+
+    Raised by a claim, which is not applied. ``since_ms`` is when the store began again: the
+    attempts still running claim their runs back at their next heartbeat, and a new claim
+    should wait for that (a lease after ``since_ms``), or an overlap policy would not see them.
+    """
+
+    def __init__(self, message: str, since_ms: int) -> None:
+        super().__init__(message)
+        self.since_ms = since_ms
+
+
 def is_store_error(exc: BaseException) -> bool:
     """The retry policy's test for store calls: every StoreError is worth another try."""
     return isinstance(exc, StoreError)

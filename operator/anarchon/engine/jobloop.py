@@ -13,6 +13,7 @@ decides who wins each one. Three concerns live here, each in its own coroutine:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,7 @@ from typing import TypeVar
 from .attempt import HANDED_OVER, SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .clock import Clock
-from .errors import ConfigError, StoreError, is_store_error
+from .errors import ConfigError, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .limits import MAX_SLOT_MS, MIN_SLOT_MS
@@ -75,6 +76,8 @@ class JobLoop:
         self._main: list[asyncio.Task[None]] = []
         self._stopping = False
         self._since_ms: int | None = None
+        #: Until when claims wait, after the store said it lost its state (:class:`StoreLostState`).
+        self._held_until_ms = 0
 
     @property
     def job(self) -> Job:
@@ -307,10 +310,21 @@ class JobLoop:
             retried = True
             self.listener.store_error("claim", job.name, str(exc))
 
-        def claim() -> Awaitable[ClaimResult]:
-            now = self.clock.now_ms()
-            request = ClaimRequest(job.name, slot, self.instance, token, now, opts.lease_ms, opts.overlap)
-            return self.backend.claim(request)
+        async def claim() -> ClaimResult:
+            await self.clock.sleep_until(self._held_until_ms)
+            request = ClaimRequest(
+                job.name, slot, self.instance, token, self.clock.now_ms(), opts.lease_ms, opts.overlap
+            )
+            try:
+                return await self.backend.claim(request)
+            except StoreLostState as lost:
+                # The store restarted empty. Attempts still running claim their runs back at
+                # their next heartbeat: every claim of this job waits for that (a lease), or an
+                # overlap policy would not see them and Skip would launch beside a live run.
+                self._held_until_ms = max(self._held_until_ms, lost.since_ms + opts.lease_ms)
+                self.listener.store_error("claim", job.name, f"{lost}; claims wait a lease for running attempts")
+                await self.clock.sleep_until(self._held_until_ms)
+                return await self.backend.claim(dataclasses.replace(request, now_ms=self.clock.now_ms()))
 
         result = await retry(
             claim,

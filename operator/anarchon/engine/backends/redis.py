@@ -44,6 +44,7 @@ second); where running a run twice is costly, a store that commits synchronously
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -56,7 +57,7 @@ from redis.exceptions import RedisError
 
 from .. import transitions
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, StoreError, StoreLostState
 from ..model import Attempt, ClaimOutcome, ClaimResult, Run, RunState, token_hash
 
 T = TypeVar("T")
@@ -106,9 +107,10 @@ local function expire_final(key, member, expiring_key, retention, now)
 end
 """
 
-# KEYS: run, active, runs, expiring.  ARGV: run_base, job, slot, instance, token, now, lease_until,
-# overlap, attempts_json, retention, replace_reason.
-# Returns {'taken', hgetall} | {'skipped', other_slot} | {'won', {hgetall of replaced}...}.
+# KEYS: run, active, runs, expiring, epoch.  ARGV: run_base, job, slot, instance, token, now,
+# lease_until, overlap, attempts_json, retention, replace_reason, expected_epoch, fresh_epoch.
+# Returns {'lost', epoch} (nothing done) | {'taken', hgetall, epoch} | {'skipped', other_slot, epoch}
+# | {'won', {hgetall of replaced}..., epoch}.
 _CLAIM = (
     _LUA_COMMON
     + """
@@ -117,8 +119,19 @@ local base, job, slot, instance, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARG
 local now, lease_until, overlap, attempts_json = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local retention, reason = ARGV[10], ARGV[11]
 
+-- The job's epoch: written by its first claim, gone only with all its keys. A caller that
+-- knew another one talks to a store that lost its state since: nothing is claimed then.
+local epoch = redis.call('GET', KEYS[5])
+if not epoch then
+  epoch = ARGV[13]
+  redis.call('SET', KEYS[5], epoch)
+end
+if ARGV[12] ~= '' and epoch ~= ARGV[12] then
+  return {'lost', epoch}
+end
+
 if redis.call('EXISTS', run_key) == 1 then
-  return {'taken', redis.call('HGETALL', run_key)}
+  return {'taken', redis.call('HGETALL', run_key), epoch}
 end
 
 -- The job's other active runs, oldest first; Allow does not need them at all.
@@ -144,7 +157,7 @@ if #others > 0 and overlap == 'Skip' then
     'error', 'skipped: the run of slot ' .. others[1] .. ' is still active', 'attempts', '[]')
   redis.call('ZADD', runs_key, slot, slot)
   expire_final(run_key, slot, expiring_key, retention, now)
-  return {'skipped', others[1]}
+  return {'skipped', others[1], epoch}
 end
 
 local replaced = {}
@@ -179,7 +192,7 @@ if retention ~= '' then
   end
 end
 
-return {'won', replaced}
+return {'won', replaced, epoch}
 """
 )
 
@@ -322,7 +335,7 @@ for _, m in ipairs(members) do
 end
 local left = redis.call('ZCARD', KEYS[1])
 if left == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 end
 return left
 """
@@ -519,6 +532,8 @@ class RedisBackend(LeaseBackend):
             self._history,
         ]
         self._retention = "" if retention_ms is None else str(retention_ms)
+        #: The epoch of each job this instance has claimed for (see :meth:`epoch_key`).
+        self._epochs: dict[str, str] = {}
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -540,6 +555,10 @@ class RedisBackend(LeaseBackend):
 
     def schedule_key(self, job: str) -> str:
         return f"{self.job_prefix(job)}schedule"
+
+    def epoch_key(self, job: str) -> str:
+        """``<id> <ms>``: written by the job's first claim; a different one means the store lost state."""
+        return f"{self.job_prefix(job)}epoch"
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -576,9 +595,10 @@ class RedisBackend(LeaseBackend):
         job, slot = request.job, request.slot
         lease_until = request.now_ms + request.lease_ms
         first = Attempt(1, request.instance, token_hash(request.token), request.now_ms)
+        keys = [self.run_key(job, slot), self.active_key(job), self.runs_key(job), self.expiring_key(job)]
         reply = await self._call(
             lambda: self._claim(
-                keys=[self.run_key(job, slot), self.active_key(job), self.runs_key(job), self.expiring_key(job)],
+                keys=[*keys, self.epoch_key(job)],
                 args=[
                     f"{self.job_prefix(job)}run:",
                     job,
@@ -591,10 +611,19 @@ class RedisBackend(LeaseBackend):
                     _first_attempt_json(first),
                     self._retention,
                     f"replaced by the run of slot {slot}",
+                    self._epochs.get(job, ""),
+                    f"{secrets.token_hex(8)} {request.now_ms}",
                 ],
             )
         )
         outcome = _text(reply[0])
+        epoch = _text(reply[-1])
+        known, self._epochs[job] = self._epochs.get(job), epoch
+        if outcome == "lost":
+            raise StoreLostState(
+                f"redis {self._safe_url}: the store lost the records of {job} (epoch {known} is now {epoch})",
+                since_ms=int(epoch.split()[1]),
+            )
         if outcome == "taken":
             return ClaimResult(ClaimOutcome.TAKEN, _run_from_hash(_pairs(reply[1])))
         if outcome == "skipped":
@@ -729,7 +758,14 @@ class RedisBackend(LeaseBackend):
                 return total
 
     async def forget_job(self, job: str) -> None:
-        keys = [self.runs_key(job), self.active_key(job), self.expiring_key(job), self.schedule_key(job)]
+        keys = [
+            self.runs_key(job),
+            self.active_key(job),
+            self.expiring_key(job),
+            self.schedule_key(job),
+            self.epoch_key(job),
+        ]
+        self._epochs.pop(job, None)
         while True:
             left = await self._call(
                 lambda: self._forget(keys=keys, args=[f"{self.job_prefix(job)}run:", str(_PRUNE_BATCH)])
