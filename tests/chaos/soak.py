@@ -278,9 +278,7 @@ async def soak(
         with contextlib.suppress(Exception):
             await asyncio.to_thread(store.resume)
         for plan in MIX:
-            await asyncio.to_thread(
-                cluster.kubectl, "patch", "anarchonjob", plan.name, "--type=merge", "-p", '{"spec":{"suspend":true}}'
-            )
+            await _suspend(cluster, plan.name)
         try:
             await _until(lambda: not _unsettled(checker), 120, "settling")
         except AssertionError as exc:
@@ -319,6 +317,17 @@ def _unsettled(checker: Checker) -> list[str]:
         for name, s in checker.runs.items()
         if not _final_or_skipped(s)
     ]
+
+
+async def _suspend(cluster: Cluster, job: str) -> None:
+    """Suspend a job of the mix; the referee's own kubectl call is retried (a loaded API server may time out)."""
+    patch = ("patch", "anarchonjob", job, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    for _ in range(10):
+        done = await asyncio.to_thread(cluster.kubectl, *patch, check=False)
+        if done.returncode == 0:
+            return
+        await asyncio.sleep(2)
+    raise AssertionError(f"soak: could not suspend {job}: {done.stderr}")
 
 
 def _evidence(replicas: Replicas, stuck: list[str], lines: int = 40) -> str:
