@@ -20,6 +20,7 @@ from anarchon.engine import Job, Scheduler
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
 from anarchon.engine.model import Overlap
+from anarchon.kube import runs
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
@@ -170,3 +171,25 @@ async def test_the_store_keeps_the_record_of_a_run_whose_object_is_open(
     assert isinstance(backend, SqliteBackend)
     key = engine_key(spec.namespace, spec.name, spec.uid)
     assert await backend.get_run(key, OLD_SLOT) is not None, "pruned: the open run could never be closed"
+
+
+async def test_a_run_object_left_without_a_status_is_closed_with_the_stores_verdict(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    """The replica that created the object (a Skipped slot, here) died before its first status write.
+
+    The 20,000-slot soak left such objects with no phase at all; nothing ever closed them.
+    """
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", past, LEASE_MS, Overlap.SKIP))
+    skipped = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", past + 1, LEASE_MS, Overlap.SKIP))
+    assert not skipped.won
+    await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")  # ... and its replica died right there
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
+
+    status = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)).get("status") or {}
+    assert status.get("phase") == "Skipped" and status.get("finishTime"), status
