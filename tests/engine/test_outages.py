@@ -15,6 +15,7 @@ from anarchon.engine import RunContext, RunState, Scheduler, StoreError
 from anarchon.engine.backends import from_url
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
+from tests.servers.redis import start_or_fail as start_redis_or_fail
 
 from .harness import Calls, Recorder, fast_clock, wait_for
 
@@ -151,11 +152,7 @@ async def test_a_running_run_survives_a_redis_restart_that_lost_every_key(job_na
     take over either: the run was orphaned. Now it claims the run again with its own token
     and goes on; its end is recorded.
     """
-    server = RedisServer()
-    try:
-        server.start()
-    except Exception as exc:
-        pytest.fail(f"redis server did not start: {exc}")
+    server = start_redis_or_fail()
     clock = fast_clock(10.0)
     listener = Errors()
     calls = Calls(clock)
@@ -193,11 +190,7 @@ async def test_after_redis_lost_its_state_skip_never_launches_beside_a_running_r
     here). Now the claim learns from the job's epoch that the store lost its state and waits
     a lease, so that the runner has claimed its run back first: the slot is Skipped.
     """
-    server = RedisServer()
-    try:
-        server.start()
-    except Exception as exc:
-        pytest.fail(f"redis server did not start: {exc}")
+    server = start_redis_or_fail()
     clock = fast_clock(10.0)
     calls = Calls(clock)
     go_on = asyncio.Event()
