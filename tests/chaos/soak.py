@@ -40,10 +40,10 @@ HEARTBEAT_S = 1.0
 #: apart by chance: a dead runner's lease runs out no sooner than LEASE_S - HEARTBEAT_S after
 #: its last heartbeat, well past HANDOVER_BOUND_S.
 LEASE_S = 8.0
-#: A backup polls for released leases every 1-2 heartbeats; then it claims and writes the run's
-#: status through the fault proxy (a 1 s slow reply or a retried 500 is part of the game), and
-#: the referee sees it through its own watch on 2 loaded cores: 3 s for all of that.
-HANDOVER_BOUND_S = 2 * HEARTBEAT_S + 3
+#: The issue's bound. A backup that knows of a run looks at it every half to one heartbeat;
+#: then it claims and writes the run's status through the fault proxy, and the referee sees
+#: that through its own watch: 2 s for all of that.
+HANDOVER_BOUND_S = HEARTBEAT_S + 2
 #: A hand-over needs the store: one that is frozen or down around a SIGTERM turns it into a
 #: takeover at lease expiry, which the soak then does not judge as a hand-over.
 STORE_FAULT_MARGIN_S = 3.0

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from anarchon.engine import (
     ConfigError,
     LeaseBackend,
+    Run,
     RunContext,
     RunFailed,
     RunInterrupted,
@@ -134,6 +135,54 @@ async def test_handover_on_stop_is_immediate(cluster, clock: ScaledClock, job_na
     assert calls.calls[0].stop_reason == "shutdown"
     # far sooner than the 30 s lease: within 2 heartbeats plus slack
     assert calls.calls[1].started_ms - stopped_at < 6_000
+
+
+async def test_handover_is_taken_within_a_heartbeat(
+    cluster, clock: ScaledClock, job_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's bound: a lease released on shutdown is taken over within one heartbeat.
+
+    One run is handed over five times in a row, each time to an instance that already knows
+    the run and has just looked at the store: its next look is a whole interval away. Backups
+    that looked every 1 to 2 heartbeats took 4 to 8 s here, for a 4 s heartbeat.
+    """
+    calls = Calls(clock)
+    looks: Counter[str] = Counter()
+
+    async def long(ctx: RunContext) -> None:
+        await ctx.stop.wait()
+        raise RunInterrupted("instance stopping")
+
+    def start(sched: Scheduler) -> Awaitable[None]:
+        real = sched.backend.active_runs
+
+        async def counted(job: str) -> list[Run]:
+            looks[sched.instance_id] += 1
+            return await real(job)
+
+        monkeypatch.setattr(sched.backend, "active_runs", counted)
+        sched.schedule(job_name, every("1h"), calls.handler(long), jitter=0, heartbeat="4s", lease="60s")
+        return sched.start()
+
+    (holder, _), (backup, _) = cluster(2)
+    await start(holder)
+    await start(backup)
+    await holder.trigger(job_name)
+    delays = []
+    for n in range(1, 6):
+        await wait_for(lambda n=n: len(calls.calls) == n, what=f"attempt {n}")
+        await clock.sleep(10_000)  # the backup has looked at least once: it knows the run
+        watcher, seen = backup.instance_id, looks[backup.instance_id]
+        await wait_for(lambda w=watcher, seen=seen: looks[w] > seen, what="the backup's next look")
+        stopped_at = clock.now_ms()
+        await holder.stop()
+        await wait_for(lambda n=n: len(calls.calls) == n + 1, what=f"attempt {n + 1} after hand-over")
+        delays.append(calls.calls[-1].started_ms - stopped_at)
+        holder, ((backup, _),) = backup, cluster(1)
+        await start(backup)
+    assert [c.attempt for c in calls.calls] == [1, 2, 3, 4, 5, 6]
+    # one heartbeat (4 s) plus the takeover itself (0.75 s of fake time is 38 ms of real time)
+    assert max(delays) <= 4_000 + 750, delays
 
 
 async def test_overlap_skip(cluster, clock: ScaledClock, job_name: str) -> None:

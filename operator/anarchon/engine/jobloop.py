@@ -6,8 +6,9 @@ decides who wins each one. Three concerns live here, each in its own coroutine:
 
 * the slot loop: wait for the next slot, then (after jitter) claim it;
 * catch-up, once at start: the slots missed while no instance ran, per policy;
-* the backup loop (lease stores): every 1 to 2 heartbeats look at the job's active runs and
-  take over any whose lease ran out.
+* the backup loop (lease stores): look at the job's active runs and take over any whose lease
+  ran out or was released on shutdown; every half to one heartbeat while another instance
+  holds a run of the job, every one to two heartbeats otherwise.
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ async def _slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> li
     return slots
 
 
+async def _sleep_unless(sleep: Awaitable[None], event: asyncio.Event) -> bool:
+    """Await ``sleep``; True if ``event`` was set first (the sleep is then cancelled)."""
+    sleeper = asyncio.ensure_future(sleep)
+    woken = asyncio.create_task(event.wait())
+    try:
+        done, _ = await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        woken.cancel()
+    return sleeper not in done
+
+
 class JobLoop:
     """Drives one job on one instance until :meth:`stop`."""
 
@@ -78,6 +91,11 @@ class JobLoop:
         self._since_ms: int | None = None
         #: Until when claims wait, after the store said it lost its state (:class:`StoreLostState`).
         self._held_until_ms = 0
+        #: Until when the backup loop looks at the job's runs every heartbeat: another instance
+        #: holds one (a claim said so, or the last look found one). The first look comes within
+        #: a heartbeat of the start: a restarted instance learns at once what its peers run.
+        self._watch_until_ms = clock.now_ms() + self._opts.heartbeat_ms
+        self._watch = asyncio.Event()
 
     @property
     def job(self) -> Job:
@@ -190,14 +208,7 @@ class JobLoop:
 
     async def _sleep_until(self, t_ms: int) -> bool:
         """Sleep until ``t_ms``; True if woken early because the job's definition changed."""
-        sleeper = asyncio.create_task(self.clock.sleep_until(t_ms))
-        changed = asyncio.create_task(self._changed.wait())
-        try:
-            done, _ = await asyncio.wait({sleeper, changed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            changed.cancel()
-        return sleeper not in done
+        return await _sleep_unless(self.clock.sleep_until(t_ms), self._changed)
 
     async def _note_schedule(self) -> int:
         """Record the current schedule's fingerprint; returns since when it is in force."""
@@ -338,7 +349,18 @@ class JobLoop:
             if mine is not None:
                 result = ClaimResult(ClaimOutcome.WON, mine)
         self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
+        if result.outcome is not ClaimOutcome.WON:
+            self.watch_others()
         return result
+
+    def watch_others(self) -> None:
+        """Another instance holds a run of this job: the backup loop looks within a heartbeat.
+
+        Called from the claim and backup paths, and by a caller that learnt of a run another
+        way (the operator: a manual trigger a peer handled).
+        """
+        self._watch_until_ms = max(self._watch_until_ms, self.clock.now_ms() + self._opts.heartbeat_ms)
+        self._watch.set()
 
     async def _mine(self, backend: LeaseBackend, slot: int, token: str) -> Run | None:
         """The run if our token holds it: a claim or takeover whose reply was lost did go through."""
@@ -388,23 +410,41 @@ class JobLoop:
     # -- backups ---------------------------------------------------------------------------------
 
     async def _backup_loop(self) -> None:
-        """Check the job's active runs every 1 to 2 heartbeats; take over expired leases."""
+        """Look at the job's active runs; take over those whose lease ran out or was released.
+
+        While another instance holds a run of the job (its claim of a slot found it taken, or
+        the last look found one), look every half to one heartbeat: a lease released on
+        shutdown (a hand-over) is taken within a heartbeat. Otherwise every one to two
+        heartbeats: a run claimed out of sight (a manual trigger sent to one instance, a peer's
+        catch-up) is seen within two, and its takeover comes within a lease and two heartbeats
+        of a death.
+        """
         assert isinstance(self.backend, LeaseBackend)
         backend = self.backend
         while True:
-            await self.clock.sleep(int(self._opts.heartbeat_ms * self.rng.uniform(1.0, 2.0)))
+            opts = self._opts
+            self._watch.clear()
+            if self.clock.now_ms() < self._watch_until_ms:
+                await self.clock.sleep(int(opts.heartbeat_ms * self.rng.uniform(0.5, 1.0)))
+            elif await _sleep_unless(
+                self.clock.sleep(int(opts.heartbeat_ms * self.rng.uniform(1.0, 2.0))), self._watch
+            ):
+                continue  # a claim found another instance's run: from now on, look every heartbeat
             if self._stopping:
                 return
             try:
                 active = await backend.active_runs(self._job.name)
             except StoreError as exc:
                 self.listener.store_error("active_runs", self._job.name, str(exc))
+                self.watch_others()  # what the store holds is unknown: keep looking closely
                 continue
             now = self.clock.now_ms()
             for run in active:
-                if run.slot in self._running or not run.lease_expired(now):
+                if run.slot in self._running:
                     continue
-                await self._try_takeover(backend, run)
+                self.watch_others()
+                if run.lease_expired(now):
+                    await self._try_takeover(backend, run)
 
     async def _try_takeover(self, backend: LeaseBackend, run: Run) -> None:
         opts = self._opts

@@ -62,13 +62,21 @@ class Triggers:
         """Handle the job's trigger, if it has one that neither the object nor we have handled."""
         trigger = str(annotations.get(ANNOTATION_TRIGGER) or "")
         handled = str(annotations.get(ANNOTATION_TRIGGER_HANDLED) or "")
-        if trigger and trigger != handled and self._seen.get(key) != trigger:
-            self._seen[key] = trigger
-            try:
-                await self._manual(spec, key, trigger)
-            except BaseException:
-                self._seen.pop(key, None)  # not handled: the next event tries again
-                raise
+        if not trigger or self._seen.get(key) == trigger:
+            return
+        self._seen[key] = trigger
+        if trigger == handled:
+            # A peer claimed this manual run before we saw it: back it up as closely as a
+            # scheduled run, whose claim every replica contests (a hand-over within a heartbeat).
+            loop = self.scheduler.jobs.get(key)
+            if loop is not None:
+                loop.watch_others()
+            return
+        try:
+            await self._manual(spec, key, trigger)
+        except BaseException:
+            self._seen.pop(key, None)  # not handled: the next event tries again
+            raise
 
     def forget(self, key: str) -> None:
         """The job is gone."""
