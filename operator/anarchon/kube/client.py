@@ -91,9 +91,13 @@ class Kube:
     api: client.ApiClient
     core: client.CoreV1Api
     custom: client.CustomObjectsApi
+    #: The client's own session, which owns the connection pool; closed last (see _no_environment).
+    pool_owner: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
         await self.api.close()
+        if self.pool_owner is not None:
+            await self.pool_owner.close()
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         await call(
@@ -141,7 +145,26 @@ async def connect(kubeconfig: str | None = None) -> Kube:
         reason = " ".join(str(exc).split()) if isinstance(exc, config.ConfigException) else "not a kubeconfig"
         raise CredentialsError(f"no usable Kubernetes credentials in {where} ({reason}); {advice}") from None
     api = client.ApiClient(configuration=cfg)
-    return Kube(api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api))
+    return Kube(
+        api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api), pool_owner=_no_environment(api)
+    )
+
+
+def _no_environment(api: client.ApiClient) -> aiohttp.ClientSession:
+    """Send the client's requests through a session that ignores proxy variables and ``.netrc``.
+
+    kubernetes_asyncio makes its session with ``trust_env=True``: aiohttp then reads the proxy
+    variables and looks ``~/.netrc`` up in a worker thread on every request, about a fifth of
+    a replica's CPU at 1,000 jobs. kopf, which does the watching, ignores the environment by
+    default (its ``networking.trust_env``); now the writes reach the API server the same way.
+    The new session shares the old one's connection pool, so the old one stays open (it owns
+    the pool) until :meth:`Kube.close`.
+    """
+    owner: aiohttp.ClientSession = api.rest_client.pool_manager
+    api.rest_client.pool_manager = aiohttp.ClientSession(
+        connector=owner.connector, connector_owner=False, trust_env=False, read_bufsize=2**21
+    )
+    return owner
 
 
 def is_status(exc: BaseException, *codes: int) -> bool:

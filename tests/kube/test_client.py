@@ -1,0 +1,46 @@
+"""The operator's API client against the real test API server."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import pytest
+from controlplane import ControlPlane
+
+from anarchon.kube.client import connect
+
+
+async def test_requests_ignore_proxy_variables_and_netrc(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """Like kopf's watches, the writes go straight to the API server whatever the environment says.
+
+    A session with ``trust_env=True`` (the client library's) sent them to the proxy named here,
+    a closed port, and looked ``.netrc`` up in a thread on every request.
+    """
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # discard port: nothing listens
+    kube = await connect(str(control_plane.kubeconfig))
+    try:
+        listing = await kube.core.list_namespace(_request_timeout=10)
+        assert any(ns.metadata.name == "default" for ns in listing.items)
+        assert kube.api.rest_client.pool_manager.trust_env is False
+    finally:
+        await kube.close()
+
+
+async def test_close_leaves_no_session_open(control_plane: ControlPlane) -> None:
+    """Both sessions (the one sending, the one owning the pool) are closed: no ResourceWarning."""
+    kube = await connect(str(control_plane.kubeconfig))
+    await kube.core.list_namespace(_request_timeout=10)
+    sessions = [kube.api.rest_client.pool_manager, kube.pool_owner]
+    await kube.close()
+    assert all(s is not None and s.closed for s in sessions)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del kube, sessions
+        gc.collect()
+    assert not [w for w in caught if "Unclosed" in str(w.message)]
