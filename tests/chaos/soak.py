@@ -122,16 +122,37 @@ RULES = (
 
 
 async def _watch(kube: Kube, namespace: str, plural: str, feed: Callable[[str, dict[str, Any]], None]) -> None:
-    """List, then watch from that version, for ever; relist when the version is too old."""
+    """List, then watch for ever, as an informer does: a watch that ends is resumed from the last
+    version seen (a relist would miss what changed and vanished in between: a run that ended and
+    was deleted by its history limit would stay Running in the referee's eyes). Only when the
+    server no longer has that version (410 Gone) does it list again; what the listing lacks then
+    was deleted meanwhile, and is fed as deleted in its last known state.
+    """
+    known: dict[str, dict[str, Any]] = {}
+    version: str | None = None
+
+    def note(kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            known.pop(name, None)
+        else:
+            known[name] = obj
+        feed(kind, obj)
+
     while True:
         try:
-            if plural == "pods":
-                listing = kube.api.sanitize_for_serialization(await kube.core.list_namespaced_pod(namespace))
-            else:
-                listing = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
-            for item in listing.get("items") or []:
-                feed("ADDED", item)
-            version = str(listing["metadata"]["resourceVersion"])
+            if version is None:
+                if plural == "pods":
+                    listing = kube.api.sanitize_for_serialization(await kube.core.list_namespaced_pod(namespace))
+                else:
+                    listing = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+                items = listing.get("items") or []
+                present = {item["metadata"]["name"] for item in items}
+                for name in [n for n in known if n not in present]:
+                    note("DELETED", known[name])
+                for item in items:
+                    note("ADDED", item)
+                version = str(listing["metadata"]["resourceVersion"])
             options: dict[str, Any] = {
                 "watch": True,
                 "allow_watch_bookmarks": True,
@@ -151,14 +172,19 @@ async def _watch(kube: Kube, namespace: str, plural: str, feed: Callable[[str, d
                         continue
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
+                        if (event.get("object") or {}).get("code") == 410:
+                            version = None  # too old: list again
                         break
                     if event.get("type") != "BOOKMARK":
-                        feed(str(event["type"]), event["object"])
+                        note(str(event["type"]), event["object"])
+                    version = str(event["object"]["metadata"]["resourceVersion"])
             finally:
                 response.release()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            if getattr(exc, "status", None) == 410:
+                version = None
             await asyncio.sleep(0.5)
 
 
