@@ -19,6 +19,7 @@ import os
 import random
 import socket
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .backend import Backend, LeaseBackend
@@ -126,7 +127,8 @@ class Scheduler:
 
     @property
     def jobs(self) -> Mapping[str, JobLoop]:
-        return dict(self._loops)
+        """The job loops by name: a read-only view, not a copy (looked up once per run of a history)."""
+        return MappingProxyType(self._loops)
 
     # -- life cycle ------------------------------------------------------------------------------
 
