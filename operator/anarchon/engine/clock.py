@@ -7,7 +7,11 @@ time the engine stores is integer milliseconds since the epoch (see :mod:`.sched
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
+import weakref
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -26,7 +30,12 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The real clock. Sleeps in chunks so a wall-clock jump (NTP step) is noticed.
+    """The real clock. Sleepers wait in a shared timer that notices a wall-clock jump (NTP step).
+
+    The event loop's timers run on a monotonic clock, so a sleep until a wall-clock time is
+    checked against the wall clock at least every ``max_chunk_ms``. All sleepers of one event
+    loop share one timer (:class:`_WallTimers`), which fires at the earliest deadline or after
+    a chunk: 10,000 jobs waiting for their next slot cost one wake-up a second, not 10,000.
 
     The event loop wakes a timer up to a millisecond late (epoll rounds its timeout up), and
     on a busy machine later still. A slot is claimed the moment it is due, so the last
@@ -37,20 +46,84 @@ class SystemClock:
 
     max_chunk_ms = 1_000
 
-    def __init__(self, precise_ms: int = 2) -> None:
+    def __init__(self, precise_ms: int = 2, *, now_ns: Callable[[], int] = time.time_ns) -> None:
         self.precise_ms = precise_ms
+        self._now_ns = now_ns
+        self._timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _WallTimers] = weakref.WeakKeyDictionary()
 
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return self._now_ns() // 1_000_000
 
     async def sleep_until(self, t_ms: int) -> None:
-        while (left := t_ms - self.now_ms()) > self.precise_ms:  # noqa: ASYNC110 - polling the wall clock is the point
-            await asyncio.sleep(min(left - self.precise_ms, self.max_chunk_ms) / 1000)
-        while time.time_ns() < t_ms * 1_000_000:  # noqa: ASYNC110
+        if t_ms - self.now_ms() > self.precise_ms:
+            loop = asyncio.get_running_loop()
+            timers = self._timers.get(loop)
+            if timers is None:
+                timers = self._timers[loop] = _WallTimers(loop, self.now_ms, self.max_chunk_ms)
+            await timers.wait(t_ms - self.precise_ms)
+        while self._now_ns() < t_ms * 1_000_000:  # noqa: ASYNC110 - the last ms, yielding to the loop
             await asyncio.sleep(0)
 
     async def sleep(self, ms: int) -> None:
         await asyncio.sleep(max(ms, 0) / 1000)
+
+
+class _WallTimers:
+    """Every wall-clock sleeper of one event loop, behind one loop timer.
+
+    The timer is set for the earliest deadline, or one chunk ahead if that is later; when it
+    fires it reads the wall clock once, wakes every sleeper due, and sets itself again.
+    Sleepers cancelled before their time (a job edited while it waited) are dropped when
+    they come up, or all at once when they are most of the heap.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, now_ms: Callable[[], int], chunk_ms: int) -> None:
+        self._loop = loop
+        self._now_ms = now_ms
+        self._chunk_ms = chunk_ms
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._handle: asyncio.TimerHandle | None = None
+        self._cancelled = 0
+
+    async def wait(self, t_ms: int) -> None:
+        future: asyncio.Future[None] = self._loop.create_future()
+        heapq.heappush(self._heap, (t_ms, next(self._order), future))
+        future.add_done_callback(self._on_done)
+        self._arm()
+        await future
+
+    def _on_done(self, future: asyncio.Future[None]) -> None:
+        if not future.cancelled():
+            return
+        self._cancelled += 1
+        if self._cancelled > 64 and 2 * self._cancelled > len(self._heap):
+            self._heap = [entry for entry in self._heap if not entry[2].done()]
+            heapq.heapify(self._heap)
+            self._cancelled = 0
+
+    def _arm(self) -> None:
+        """Have the timer fire at the earliest deadline, or a chunk from now if that is sooner."""
+        if not self._heap:
+            return
+        delay_ms = min(max(self._heap[0][0] - self._now_ms(), 0), self._chunk_ms)
+        at = self._loop.time() + delay_ms / 1000
+        if self._handle is not None:
+            if self._handle.when() <= at:
+                return  # it fires soon enough
+            self._handle.cancel()
+        self._handle = self._loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        now = self._now_ms()
+        while self._heap and self._heap[0][0] <= now:
+            _, _, future = heapq.heappop(self._heap)
+            if future.done():
+                self._cancelled = max(0, self._cancelled - 1)
+            else:
+                future.set_result(None)
+        self._arm()
 
 
 class LoopClock:
