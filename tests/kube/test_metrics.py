@@ -5,6 +5,9 @@ The end-to-end check (a real replica after real runs) is tests/operator/test_met
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -129,3 +132,13 @@ def test_store_latency_by_store_and_operation() -> None:
     assert 'anarchon_store_latency_seconds_count{operation="claim",store="redis"} 1.0' in text
     assert 'anarchon_store_latency_seconds_bucket{le="0.25",operation="heartbeat",store="redis"} 1.0' in text
     assert 'anarchon_store_latency_seconds_bucket{le="0.1",operation="heartbeat",store="redis"} 0.0' in text
+
+
+def test_docs_table_every_served_metric_and_nothing_else() -> None:
+    """docs/metrics.md lists exactly the metrics the operator serves (a new or renamed one must be documented)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(anarchon_\w+)", doc, re.M))
+    served = set()
+    for family in text_string_to_metric_families(_text(Metrics(lambda: NOW))):
+        served.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    assert documented == served, (documented - served, served - documented)
