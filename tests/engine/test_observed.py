@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from anarchon.engine import Backend, LeaseBackend, RunContext, RunState, Scheduler, StoreError
+from anarchon.engine import Backend, LeaseBackend, RunContext, RunState, Scheduler, StoreError, StoreObserver, observed
 from anarchon.engine.backends import from_url
-from anarchon.engine.observed import StoreObserver, observed
 from tests.faults.storefaults import FaultyStore
 
 from .harness import Recorder, fast_clock, wait_for

@@ -17,9 +17,8 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
-from ..engine import Scheduler, SystemClock, default_instance_id
+from ..engine import Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
-from ..engine.observed import observed
 from .client import Kube, connect
 from .constants import GROUP, JOBS, VERSION
 from .controller import JobController

@@ -23,8 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import __version__
-from ..engine import Cause, ClaimOutcome, EngineListener, Run, RunState, Schedule
-from ..engine.observed import StoreObserver
+from ..engine import Cause, ClaimOutcome, EngineListener, Run, RunState, Schedule, StoreObserver
 from .spec import JobSpec
 
 #: The outcome of a slot that could not start by its starting deadline (not a run phase: no run
