@@ -39,6 +39,7 @@ if ! command -v go >/dev/null; then
 fi
 bash e2e/controlplane/build.sh
 bash e2e/controlplane/build-toxiproxy.sh  # TCP faults in front of the stores (tests/faults)
+bash e2e/controlplane/build-promcheck.sh   # promtool checks of the chart's alert rules and dashboard (tests/chart)
 
 say "lint and types"
 # A lint or type error fails the run, but only after the tests ran: both reports are useful.

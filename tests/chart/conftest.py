@@ -23,13 +23,23 @@ _CUSTOM_KINDS = {
     ("anarchon.io", "AnarchonJob"),
     ("anarchon.io", "AnarchonRun"),
     ("monitoring.coreos.com", "ServiceMonitor"),
+    ("monitoring.coreos.com", "PrometheusRule"),
 }
 
 
 @pytest.fixture(scope="session")
 def crds_installed(control_plane: ControlPlane) -> ControlPlane:
-    """The project's CRDs (from crds/, the one source of truth) and a ServiceMonitor stand-in, Established."""
-    control_plane.kubectl("apply", "--server-side", "-f", str(CRDS), "-f", str(FIXTURES / "servicemonitor-crd.yaml"))
+    """The project's CRDs (from crds/, the one source of truth) and Prometheus Operator stand-ins, Established."""
+    control_plane.kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        str(CRDS),
+        "-f",
+        str(FIXTURES / "servicemonitor-crd.yaml"),
+        "-f",
+        str(FIXTURES / "prometheusrule-crd.yaml"),
+    )
     control_plane.kubectl(
         "wait",
         "--for=condition=Established",
@@ -37,6 +47,7 @@ def crds_installed(control_plane: ControlPlane) -> ControlPlane:
         "crd/anarchonjobs.anarchon.io",
         "crd/anarchonruns.anarchon.io",
         "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com",
     )
     return control_plane
 

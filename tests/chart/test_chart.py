@@ -83,6 +83,7 @@ def test_package_carries_crds_and_schema_but_not_ci_values(tmp_path: Path) -> No
         "anarchon/templates/NOTES.txt",
         "anarchon/crds/anarchonjobs.anarchon.io.yaml",
         "anarchon/crds/anarchonruns.anarchon.io.yaml",
+        "anarchon/dashboards/anarchon.json",
     } <= names
     assert not [n for n in names if n.startswith("anarchon/ci/")]
 

@@ -245,7 +245,7 @@ def test_metrics_liveness_and_readiness_endpoints(cluster: Cluster, replicas_fac
     assert "anarchon_slot_claim_skew_seconds_bucket" in text
     assert 'anarchon_runs_total{outcome="Succeeded"}' in text
     assert "anarchon_pod_watch_up 1.0" in text
-    launched = [line for line in text.splitlines() if line.startswith("anarchon_slot_pod_skew_seconds_count ")]
+    launched = [line for line in text.splitlines() if line.startswith("anarchon_job_pod_delay_seconds_count{")]
     assert launched and float(launched[0].split()[1]) >= 2, launched  # one per first-attempt Pod
     assert "anarchon_runs_given_up_total 0.0" in text
     assert _get(health, "/healthz") == (200, {"alive": True, "instance": "metrics-0", "jobs": 1})

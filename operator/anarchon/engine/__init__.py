@@ -20,6 +20,7 @@ from .events import EngineListener
 from .job import Handler, Job, JobOptions, RunContext
 from .jobloop import JobLoop
 from .model import Attempt, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token, token_hash
+from .observed import StoreObserver, observed
 from .schedule import Cron, Every, Schedule, cron, every, slots_between
 from .scheduler import Scheduler, default_instance_id, job_options
 
@@ -56,6 +57,7 @@ __all__ = [
     "Scheduler",
     "StoreError",
     "StoreLostState",
+    "StoreObserver",
     "SystemClock",
     "TakeoverRequest",
     "cron",
@@ -64,6 +66,7 @@ __all__ = [
     "format_duration",
     "job_options",
     "new_token",
+    "observed",
     "parse_duration",
     "slots_between",
     "token_hash",

@@ -19,7 +19,7 @@ from ..engine import ConfigError, Job, LeaseBackend, RunContext, Scheduler
 from ..engine.errors import StoreError
 from .client import Kube
 from .events import EventPoster
-from .metrics import Metrics
+from .metrics import Metrics, job_times
 from .podwatch import PodWatch
 from .runner import PodRunner
 from .spec import JobSpec, SpecError, engine_key, parse_job
@@ -62,9 +62,11 @@ class JobController:
         except (SpecError, ConfigError) as exc:
             await self.scheduler.remove(key, handover=True)
             self.specs.pop(key, None)
+            self.metrics.job_gauges.jobs.pop(key, None)  # no schedule: nothing is due
             await self.status.invalid(namespace, name, uid, generation, status, exc)
             return
         self.specs[key] = spec
+        self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
         await self.status.valid(spec, status)
         await self.triggers.apply(spec, key, meta.get("annotations") or {})
 
@@ -79,6 +81,7 @@ class JobController:
         key = engine_key(namespace, name, uid)
         await self.scheduler.remove(key, handover=False)
         self.specs.pop(key, None)
+        self.metrics.forget(key, namespace, name)
         self.triggers.forget(key)
         if isinstance(self.scheduler.backend, LeaseBackend):
             try:
@@ -115,6 +118,7 @@ class JobController:
         )
 
     def _launched(self, ctx: RunContext) -> None:
-        if ctx.attempt == 1:
+        spec = self.specs.get(ctx.job)
+        if ctx.attempt == 1 and spec is not None:
             now_ms = self.scheduler.clock.now_ms()
-            self.metrics.pod_skew.observe(max(0, now_ms - ctx.slot) / 1000)
+            self.metrics.job_pod_delay.labels(spec.namespace, spec.name).observe(max(0, now_ms - ctx.slot) / 1000)

@@ -51,6 +51,10 @@ class OperatorListener(MetricsListener):
     def _spec(self, job: str) -> JobSpec | None:
         return None if self._specs is None else self._specs(job)
 
+    def job_labels(self, job: str) -> tuple[str, str] | None:
+        spec = self._spec(job)
+        return None if spec is None else (spec.namespace, spec.name)
+
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background (listener hooks must not block); a failure is logged."""
         task = asyncio.ensure_future(coro)
