@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -147,25 +147,6 @@ def test_examples_parse(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ against the apiserver
-
-
-@pytest.fixture(scope="module")
-def crds(control_plane: ControlPlane) -> ControlPlane:
-    """Both CRDs applied (server-side, so a re-apply by another suite does not conflict) and served."""
-    for path in (JOB_CRD, RUN_CRD):
-        control_plane.kubectl(
-            "apply", "--server-side", "--force-conflicts", "--field-manager=anarchon-tests", "-f", str(path)
-        )
-    for name in (f"{C.JOBS}.{C.GROUP}", f"{C.RUNS}.{C.GROUP}"):
-        control_plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
-
-    # Discovery is refreshed asynchronously after Established.
-    def served(resource: str) -> Callable[[], bool]:
-        return lambda: control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
-
-    for resource in (C.JOBS, C.RUNS):
-        wait_for(f"{resource} to be served", served(resource))
-    return control_plane
 
 
 def job(name: str = "sync", **spec: Any) -> dict[str, Any]:
