@@ -26,7 +26,7 @@ What the conversion keeps and drops, and why:
 * Descriptions are Kubernetes' own, so ``kubectl explain`` shows them, cut to their first paragraph;
   under initContainers and ephemeralContainers a description that repeats the one at the same
   place under containers points there instead. All of them in full would make the CRD about
-  350 KB, over ``MAX_CRD_BYTES`` (see there); this way it is about 245 KB.
+  350 KB, over ``MAX_CRD_BYTES`` (see there); this way it is about 243 KB.
 
 Usage: ``python3 crds/generate.py [--kubeconfig FILE] [--check] [CRD_FILE ...]``
 """
