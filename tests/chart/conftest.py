@@ -15,7 +15,7 @@ import pytest
 from controlplane import ControlPlane
 
 from tests.chart.chartlib import CRDS, kubeconform_schemas
-from tests.k8s.fixtures import wait_for
+from tests.k8s.fixtures import wait_established
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -31,15 +31,9 @@ _CUSTOM_KINDS = {
 def crds_installed(control_plane: ControlPlane) -> ControlPlane:
     """The project's CRDs (from crds/, the one source of truth) and a ServiceMonitor stand-in, Established."""
     control_plane.kubectl("apply", "--server-side", "-f", str(CRDS), "-f", str(FIXTURES / "servicemonitor-crd.yaml"))
-    crds = ("crd/anarchonjobs.anarchon.io", "crd/anarchonruns.anarchon.io", "crd/servicemonitors.monitoring.coreos.com")
-
-    # Polled, not one `kubectl wait`: that fails outright on a CRD that has no status.conditions yet
-    # (the API server writes them shortly after the create, later for the large AnarchonJob schema).
-    def established() -> bool:
-        res = control_plane.kubectl("wait", "--for=condition=Established", "--timeout=10s", *crds, check=False)
-        return res.returncode == 0
-
-    wait_for("the CRDs to be Established", established)
+    wait_established(
+        control_plane, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io", "servicemonitors.monitoring.coreos.com"
+    )
     return control_plane
 
 

@@ -8,7 +8,7 @@ import pytest
 from controlplane import ControlPlane
 
 from anarchon.kube import constants as C
-from tests.k8s.fixtures import wait_for
+from tests.k8s.fixtures import wait_established, wait_for
 from tests.kube.test_crds import JOB_CRD, RUN_CRD
 
 
@@ -19,8 +19,7 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
         control_plane.kubectl(
             "apply", "--server-side", "--force-conflicts", "--field-manager=anarchon-tests", "-f", str(path)
         )
-    for name in (f"{C.JOBS}.{C.GROUP}", f"{C.RUNS}.{C.GROUP}"):
-        control_plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    wait_established(control_plane, f"{C.JOBS}.{C.GROUP}", f"{C.RUNS}.{C.GROUP}")
 
     # Discovery is refreshed asynchronously after Established.
     def served(resource: str) -> Callable[[], bool]:
