@@ -136,7 +136,7 @@ def install_crds(cp: ControlPlane) -> None:
     for name in ("anarchonjobs.anarchon.io", "anarchonruns.anarchon.io"):
         while True:
             crd = cp.api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conds.get("Established") == "True":
                 break
             if time.monotonic() > deadline:

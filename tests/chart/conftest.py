@@ -15,6 +15,7 @@ import pytest
 from controlplane import ControlPlane
 
 from tests.chart.chartlib import CRDS, kubeconform_schemas
+from tests.k8s.fixtures import wait_established
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -40,14 +41,12 @@ def crds_installed(control_plane: ControlPlane) -> ControlPlane:
         "-f",
         str(FIXTURES / "prometheusrule-crd.yaml"),
     )
-    control_plane.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/anarchonjobs.anarchon.io",
-        "crd/anarchonruns.anarchon.io",
-        "crd/servicemonitors.monitoring.coreos.com",
-        "crd/prometheusrules.monitoring.coreos.com",
+    wait_established(
+        control_plane,
+        "anarchonjobs.anarchon.io",
+        "anarchonruns.anarchon.io",
+        "servicemonitors.monitoring.coreos.com",
+        "prometheusrules.monitoring.coreos.com",
     )
     return control_plane
 

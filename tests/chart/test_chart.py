@@ -166,7 +166,10 @@ def test_default_store_is_url_from_existing_secret() -> None:
 def test_metrics_service_and_service_monitor() -> None:
     docs = rendered()
     svc = one(docs, "Service", "anarchon-metrics")
-    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"},
+        {"name": "health", "port": 8081, "targetPort": "health", "protocol": "TCP"},
+    ]
     assert svc["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
     assert not find(docs, "ServiceMonitor")
     docs = rendered(VARIANTS["existing-secret"])

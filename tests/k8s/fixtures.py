@@ -117,6 +117,21 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, interva
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def wait_established(cp: ControlPlane, *crds: str, timeout: float = 60.0) -> None:
+    """Wait until the CRDs (``anarchonjobs.anarchon.io``...) are Established.
+
+    Polled: one ``kubectl wait`` fails outright on a CRD whose status has no conditions yet (the
+    API server writes them shortly after the create; later for a large schema like AnarchonJob's).
+    """
+    args = [f"crd/{name}" for name in crds]
+
+    def established() -> bool:
+        res = cp.kubectl("wait", "--for=condition=Established", "--timeout=10s", *args, check=False)
+        return res.returncode == 0
+
+    wait_for(f"{', '.join(crds)} to be Established", established, timeout=timeout)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Report the control plane's start time and versions, so CI logs show them."""
     for cp in _started:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.fixtures import wait_for
+from tests.k8s.fixtures import wait_established, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -170,21 +170,7 @@ def crds(control_plane: Any) -> None:
         capture_output=True,
         timeout=60,
     )
-    for crd in ("anarchonjobs.anarchon.io", "anarchonruns.anarchon.io"):
-        subprocess.run(
-            [
-                "kubectl",
-                "--kubeconfig",
-                str(control_plane.kubeconfig),
-                "wait",
-                "--for=condition=Established",
-                f"crd/{crd}",
-                "--timeout=60s",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=90,
-        )
+    wait_established(control_plane, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
 
 
 @pytest.fixture
