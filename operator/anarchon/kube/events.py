@@ -80,12 +80,12 @@ class EventPoster:
         warning: bool = False,
         kind: str = JOB_KIND,
     ) -> None:
-        kind_of = "Warning" if warning else "Normal"
-        key = "\0".join((kind, uid, name, reason, kind_of, self.instance))
+        event_type = "Warning" if warning else "Normal"
+        key = "\0".join((kind, uid, name, reason, event_type, self.instance))
         event = f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:16]}"
         try:
             async with self._turn(event):
-                await self._post(namespace, event, name, uid, kind, reason, kind_of, message[:1024])
+                await self._post(namespace, event, name, uid, kind, reason, event_type, message[:1024])
         except Exception as exc:  # best effort by design
             log.warning("could not post event %s on %s/%s: %s", reason, namespace, name, exc)
 
@@ -102,14 +102,14 @@ class EventPoster:
                 del self._turns[event]
 
     async def _post(
-        self, namespace: str, event: str, name: str, uid: str, kind: str, reason: str, kind_of: str, message: str
+        self, namespace: str, event: str, name: str, uid: str, kind: str, reason: str, event_type: str, message: str
     ) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         seen = self._seen.pop(event, None)
         # At most: a patch refused (deleted, changed), a create refused (it is back), a patch.
         for _ in range(3):
             if seen is None:
-                body = self._new(namespace, event, name, uid, kind, reason, kind_of, message, now)
+                body = self._new(namespace, event, name, uid, kind, reason, event_type, message, now)
                 try:
                     written = await self.kube.core.create_namespaced_event(namespace, body)  # type: ignore[arg-type]
                 except ApiException as exc:
@@ -166,7 +166,7 @@ class EventPoster:
         uid: str,
         kind: str,
         reason: str,
-        kind_of: str,
+        event_type: str,
         message: str,
         now: str,
     ) -> dict[str, Any]:
@@ -183,7 +183,7 @@ class EventPoster:
             },
             "reason": reason,
             "message": message,
-            "type": kind_of,
+            "type": event_type,
             "source": {"component": self.component, "host": self.instance},
             "reportingComponent": self.component,
             "reportingInstance": self.instance[:128],
