@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import os
 import sys
 from datetime import UTC, datetime
@@ -17,30 +15,6 @@ def _instance_id() -> str:
     from .engine import default_instance_id
 
     return os.environ.get("ANARCHON_INSTANCE_ID") or os.environ.get("POD_NAME") or default_instance_id()
-
-
-def _setup_logging(fmt: str, level: str) -> None:
-    if fmt == "json":
-
-        class Json(logging.Formatter):
-            def format(self, record: logging.LogRecord) -> str:
-                out = {
-                    "time": self.formatTime(record),
-                    "level": record.levelname,
-                    "logger": record.name,
-                    "message": record.getMessage(),
-                }
-                if record.exc_info:
-                    out["exc"] = self.formatException(record.exc_info)
-                return json.dumps(out)
-
-        handler = logging.StreamHandler()
-        handler.setFormatter(Json())
-        logging.basicConfig(level=level, handlers=[handler])
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kopf").setLevel(max(logging.WARNING, logging.getLevelName(level)))
-    logging.getLogger("aiohttp").setLevel(logging.WARNING)
 
 
 def _resync_ms(value: str) -> int:
@@ -61,8 +35,9 @@ def cmd_operator(args: argparse.Namespace) -> int:
     from .engine import ConfigError
     from .kube.client import CredentialsError
     from .kube.main import OperatorConfig, run_operator
+    from .logs import setup_logging
 
-    _setup_logging(args.log_format, args.log_level)
+    setup_logging(args.log_format, args.log_level)
     namespaces = [] if args.all_namespaces else list(args.namespace or [])
     if not namespaces and not args.all_namespaces:
         namespaces = [n for n in os.environ.get("ANARCHON_NAMESPACES", "").split(",") if n.strip()]
@@ -157,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         default="30s",
         help="how often every job is looked over: history limits of quiet jobs, old store records (default 30s)",
     )
-    op.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    op.add_argument(
+        "--log-format",
+        choices=["plain", "json"],
+        default="plain",
+        help="plain text lines (default), or JSON lines with job, slot, attempt and instance fields",
+    )
     op.add_argument("--log-level", default=os.environ.get("ANARCHON_LOG_LEVEL", "INFO"))
     op.set_defaults(func=cmd_operator)
     tr = sub.add_parser("trigger", help="run a job now, outside its schedule")

@@ -27,6 +27,7 @@ from .errors import ConfigError, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .limits import MAX_SLOT_MS, MIN_SLOT_MS
+from .logcontext import RunFields, attempt_running
 from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
 from .retry import Backoff, retry
 from .schedule import Schedule, slots_between
@@ -381,17 +382,18 @@ class JobLoop:
             replaced=result.replaced,
             cause=cause,
         )
-        if not isinstance(self.backend, LeaseBackend):
-            await self._run_claim_only(ctx)
-            return
-        runner = AttemptRunner(
-            self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms
-        )
-        self._running[run.slot] = runner
-        try:
-            await runner.run()
-        finally:
-            self._running.pop(run.slot, None)
+        with attempt_running(RunFields(job.name, run.slot, run.attempt, self.instance)):
+            if not isinstance(self.backend, LeaseBackend):
+                await self._run_claim_only(ctx)
+                return
+            runner = AttemptRunner(
+                self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms
+            )
+            self._running[run.slot] = runner
+            try:
+                await runner.run()
+            finally:
+                self._running.pop(run.slot, None)
 
     async def _run_claim_only(self, ctx: RunContext) -> None:
         """Without a lease there is nothing to heartbeat or record; just run the handler."""

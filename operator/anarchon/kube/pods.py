@@ -27,6 +27,7 @@ from .constants import (
     RUN_KIND,
 )
 from .spec import JobSpec, slot_time
+from .workload import run_env, with_run_env
 
 #: Failure reasons that say the Pod was lost rather than that its work failed.
 LOST_REASONS = frozenset({"Evicted", "NodeLost", "Preempting", "Shutdown", "Terminated", "NodeShutdown"})
@@ -132,7 +133,10 @@ def _failure_message(status: dict[str, Any]) -> str:
 def build_pod(
     spec: JobSpec, *, run: str, pod: str, slot: int, attempt: int, instance: str, run_uid: str | None
 ) -> dict[str, Any]:
-    """The Pod of one attempt, from the job's template; restartPolicy is always Never."""
+    """The Pod of one attempt, from the job's template; restartPolicy is always Never.
+
+    Every container, init containers too, is told its run (:mod:`.workload`).
+    """
     template = copy.deepcopy(spec.template)
     meta = dict(template.get("metadata") or {})
     labels = dict(meta.get("labels") or {})
@@ -162,6 +166,10 @@ def build_pod(
         ]
     pod_spec = dict(template.get("spec") or {})
     pod_spec["restartPolicy"] = "Never"
+    env = run_env(job=spec.name, run=run, slot_ms=slot, attempt=attempt)
+    for key in ("initContainers", "containers"):
+        if pod_spec.get(key):
+            pod_spec[key] = [with_run_env(c, env) for c in pod_spec[key]]
     if spec.options.timeout_ms and "activeDeadlineSeconds" not in pod_spec:
         pod_spec["activeDeadlineSeconds"] = max(1, -(-spec.options.timeout_ms // 1000))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": pod_spec}
