@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
-from . import operator, trigger
+from . import get, operator, runs, trigger
+from . import list as list_
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line and exit 2, as every other error of the CLI, not the usage block first."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="anarchon", description=__doc__)
+    parser = _Parser(prog="anarchon", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for verb in (operator, trigger):
+    for verb in (operator, list_, get, runs, trigger):
         verb.add(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))

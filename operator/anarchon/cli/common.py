@@ -11,7 +11,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
@@ -80,3 +80,15 @@ def with_kube(verb: str, args: argparse.Namespace, body: Callable[[Kube, str], A
 
 def job_not_found(namespace: str, name: str) -> Failure:
     return Failure(f"no AnarchonJob {name!r} in namespace {namespace!r} (HTTP 404)")
+
+
+async def read_job(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    """The AnarchonJob object; a missing one is the one-line error every verb gives."""
+    from ..kube.client import ApiException
+
+    try:
+        return await kube.get_job(namespace, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise job_not_found(namespace, name) from None
+        raise
