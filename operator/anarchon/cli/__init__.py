@@ -8,6 +8,7 @@ from typing import NoReturn
 
 from . import get, operator, runs, trigger
 from . import list as list_
+from . import next as next_
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,7 +21,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="anarchon", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for verb in (operator, list_, get, runs, trigger):
+    for verb in (operator, list_, get, runs, next_, trigger):
         verb.add(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))

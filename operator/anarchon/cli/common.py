@@ -1,7 +1,7 @@
 """What the verbs that talk to the API server share: their flags, the namespace, the connection, one-line errors.
 
-Kubernetes modules are imported inside the functions, so that the offline verbs (``lint``,
-``next FILE``) work without the operator's extras installed, and ``--help`` stays fast.
+Kubernetes modules are imported inside the functions, so that ``--help`` and ``lint`` (offline)
+do not wait for the API client to load.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def default_namespace(kubeconfig: str | None) -> str:
     if not (kubeconfig or os.environ.get("KUBECONFIG")) and os.path.exists(in_cluster):
         with open(in_cluster) as f:
             return f.read().strip() or "default"
+    path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if os.pathsep not in path and not os.path.isfile(os.path.expanduser(path)):
+        return "default"  # asked anyway, the client would print "Config not found" on stderr
     try:
         _, active = list_kube_config_contexts(config_file=kubeconfig)
     except (ConfigException, OSError):
