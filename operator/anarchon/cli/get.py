@@ -18,7 +18,7 @@ def _at(rfc3339: str | None) -> str:
 
 
 def _text(job: dict[str, Any]) -> str:
-    from .records import run_rows
+    from .records import run_rows, suspended_text
     from .times import rows
 
     record = job["job"]
@@ -26,7 +26,7 @@ def _text(job: dict[str, Any]) -> str:
         "Name": f"{record['namespace']}/{record['name']}",
         "Schedule": record["schedule"] or "-",
         "Time zone": record["timeZone"] or "-",
-        "Suspended": "yes" if record["suspended"] else "no",
+        "Suspended": suspended_text(record),
         "Active runs": str(record["active"]),
         "Last scheduled": _at(record["lastScheduleTime"]),
         "Last succeeded": _at(record["lastSuccessfulTime"]),

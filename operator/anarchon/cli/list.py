@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .records import job_record
+    from .records import job_record, suspended_text
 
     async def show(kube: Kube, namespace: str) -> int:
         jobs = await kube.list_jobs(None if args.all_namespaces else namespace)
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
             [
                 r["name"],
                 r["schedule"] or "<invalid: " + r["problems"][0] + ">",
-                "yes" if r["suspended"] else "no",
+                suspended_text(r),
                 str(r["active"]),
                 relative(r["lastScheduleTime"]),
                 relative(r["nextScheduleTime"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..kube.constants import ANNOTATION_SUSPEND_REASON
 from ..kube.mend import open_run
 from ..kube.spec import SpecError, parse_job, schedule_column, slot_time
 from .times import zone_of
@@ -30,6 +31,7 @@ def job_record(job: dict[str, Any], now_ms: int) -> dict[str, Any]:
         "schedule": schedule,
         "timeZone": zone,
         "suspended": suspended,
+        "suspendReason": (meta.get("annotations") or {}).get(ANNOTATION_SUSPEND_REASON) if suspended else None,
         "active": int(status.get("activeCount") or 0),
         "lastScheduleTime": status.get("lastScheduleTime"),
         "lastSuccessfulTime": status.get("lastSuccessfulTime"),
@@ -85,3 +87,10 @@ def run_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
         for r in records
     ]
     return headers, rows
+
+
+def suspended_text(record: dict[str, Any]) -> str:
+    """``no``, ``yes``, or ``yes (the reason)``: the SUSPENDED column and the Suspended line."""
+    if not record["suspended"]:
+        return "no"
+    return f"yes ({record['suspendReason']})" if record["suspendReason"] else "yes"

@@ -124,6 +124,15 @@ class Kube:
         items.sort(key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"]))
         return items
 
+    async def patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch of the job (spec and metadata; its status has :meth:`patch_job_status`)."""
+        await call(
+            f"patching job {namespace}/{name}",
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBS, name, patch, _content_type=MERGE
+            ),  # type: ignore[call-arg]
+        )
+
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await call(
             f"status of job {namespace}/{name}",
