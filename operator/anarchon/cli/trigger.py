@@ -2,7 +2,9 @@
 
 It annotates the job (through the API: no kubectl needed, so it also works from the
 operator's image); the replicas claim that slot like any scheduled one (see
-:mod:`anarchon.kube.triggers`).
+:mod:`anarchon.kube.triggers`). With ``--wait`` it follows the run to its end and exits with
+its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped), so a script or a
+CI step can run a job and act on the result.
 """
 
 from __future__ import annotations
@@ -12,18 +14,34 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .common import Failure, add_kube_args, job_not_found, report, with_kube
+from .follow import follow
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
 
 
+def _seconds(value: str) -> float:
+    from ..engine.durations import parse_duration
+    from ..engine.errors import ScheduleError
+
+    try:
+        ms = parse_duration(value, what="--timeout")
+    except ScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--timeout: ")) from exc
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return ms / 1000
+
+
 def run(args: argparse.Namespace) -> int:
     from ..kube.client import ApiException
     from ..kube.constants import ANNOTATION_TRIGGER
+    from ..kube.spec import run_name
     from ..kube.triggers import parse_trigger
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    if parse_trigger(at) is None:
+    slot = parse_trigger(at)
+    if slot is None:
         message = f"--at {at!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)"
         return report("trigger", Failure(message, 2))
 
@@ -34,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
             if exc.status == 404:
                 raise job_not_found(namespace, args.job) from None
             raise
-        print(f"anarchonjob {namespace}/{args.job}: run of {at} requested")
-        return 0
+        print(f"anarchonjob {namespace}/{args.job}: run of {at} requested", flush=True)
+        if not args.wait:
+            return 0
+        phase = await follow(kube, namespace, run_name(args.job, slot), args.timeout)
+        return 0 if phase == "Succeeded" else 1
 
     return with_kube("trigger", args, annotate)
 
@@ -45,4 +66,6 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr.add_argument("job")
     add_kube_args(tr)
     tr.add_argument("--at", help="the run's slot: an RFC3339 time or ms since the epoch (default: now)")
+    tr.add_argument("--wait", "-w", action="store_true", help="follow the run to its end; exit 0 if it Succeeded")
+    tr.add_argument("--timeout", type=_seconds, help="with --wait: give up after this long (e.g. 10m; default: never)")
     tr.set_defaults(func=run)
