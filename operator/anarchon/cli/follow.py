@@ -47,13 +47,20 @@ def _say(text: str) -> None:
     print(f"{datetime.now(UTC).strftime('%H:%M:%SZ')} {text}", flush=True)
 
 
-async def follow(kube: Kube, namespace: str, name: str, timeout_s: float | None) -> str:
-    """Print the run's changes until it is over; its final phase (raises :class:`Failure` on timeout)."""
+async def follow(
+    kube: Kube, namespace: str, name: str, timeout_s: float | None, *, absent_s: float | None = None
+) -> str | None:
+    """Print the run's changes until it is over; its final phase (raises :class:`Failure` on timeout).
+
+    None if ``absent_s`` is given and the run has not appeared by then: a caller that knows
+    the slot's trigger was handled learns that no run is coming (the store had decided the slot).
+    """
     from ..kube.client import ApiException, call
     from ..kube.constants import GROUP, RUNS, VERSION
     from ..kube.mend import open_run
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    absent_deadline = None if absent_s is None else time.monotonic() + absent_s
     seen: tuple[Any, ...] | None = None
     _say(f"waiting for a replica to claim run {name}")
     while True:
@@ -74,6 +81,8 @@ async def follow(kube: Kube, namespace: str, name: str, timeout_s: float | None)
                 _say(_line(run))
             if not open_run(run):
                 return str(run["status"]["phase"])
+        if run is None and absent_deadline is not None and time.monotonic() >= absent_deadline:
+            return None
         if deadline is not None and time.monotonic() >= deadline:
             where = "no replica has claimed it" if run is None else f"it is {_line(run)}"
             raise Failure(f"run {name} is not over after --timeout {timeout_s:g}s: {where}")

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         phase = await follow(kube, namespace, run_name(args.job, slot), args.timeout)
-        return 0 if phase == "Succeeded" else 1
+        return 0 if phase == "Succeeded" else 1  # never None: no absent_s
 
     return with_kube("trigger", args, annotate)
 
