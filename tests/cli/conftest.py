@@ -20,8 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 120, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator"), **extra_env}
     env.pop("KUBECONFIG", None)
     return subprocess.run(
         [sys.executable, "-m", "anarchon", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout

@@ -25,8 +25,10 @@ def job_file(tmp_path: Path, name: str, **spec: str) -> Path:
 def test_spring_forward_in_paris(tmp_path: Path) -> None:
     """02:30 does not exist on 2027-03-28 in Paris: the engine runs it at 03:00 CEST, and the change is marked."""
     path = job_file(tmp_path, "nightly", cron="30 2 * * *", timeZone="Europe/Paris")
-    out = ok(run_cli("next", str(path), "-n", "3", "--after", "2027-03-26T12:00:00Z", cwd=tmp_path))
-    assert out.splitlines() == [
+    # HOME has no kubeconfig: the namespace is "default", and nothing is said about it on stderr.
+    res = run_cli("next", str(path), "-n", "3", "--after", "2027-03-26T12:00:00Z", cwd=tmp_path, HOME=str(tmp_path))
+    assert res.stderr == ""
+    assert ok(res).splitlines() == [
         "default/nightly: 30 2 * * * Europe/Paris",
         "LOCAL                       ZONE   UTC                    CLOCK CHANGE",
         "2027-03-27T02:30:00+01:00   CET    2027-03-27T01:30:00Z",
