@@ -55,6 +55,25 @@ def test_backfill_runs_each_slot_once(cluster: Cluster, replicas_factory, cli: C
     assert annotations["anarchon.io/trigger-handled"] == slot_time(last)
 
 
+def test_overlap_job_leaves_it_to_the_job_policy(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
+    """--overlap Job: the next slot is triggered once the last is decided; the job's Skip skips it."""
+    replicas_factory(f"sqlite://{tmp_path / 'store.db'}").start("replica-a")
+    cluster.apply(job_manifest("slow", every="10s", suspend=True, annotations={"anarchon.test/run-seconds": "30"}))
+    last = (time.time_ns() // 1_000_000 - 5_000) // 10_000 * 10_000
+    res = cli("backfill", "slow", "--from", slot_time(last - 10_000), "--to", slot_time(last), "--overlap", "Job")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert res.stdout.splitlines() == [
+        "2 slot(s) in the range: 0 already run, 2 to run",
+        f"slot {slot_time(last - 10_000)}: decided by the replicas ({run_name('slow', last - 10_000)})",
+        f"slot {slot_time(last)}: decided by the replicas ({run_name('slow', last)})",
+    ]
+    cluster.wait(
+        lambda: [(r.get("status") or {}).get("phase") for r in cluster.runs("slow")] == ["Running", "Skipped"],
+        timeout=60,
+        what="the first slot running, the second Skipped",
+    )
+
+
 def test_backfill_refuses_unbounded_and_future_ranges(cluster: Cluster, cli: Cli) -> None:
     cluster.apply(job_manifest("often", every="1s", suspend=True))
     day = ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z")

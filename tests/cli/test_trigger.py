@@ -46,3 +46,4 @@ def test_wait_gives_up_after_its_timeout(cluster: Cluster, cli: Cli) -> None:
     assert 2 <= time.monotonic() - started < 60
     one_line_error(res, 1, "anarchon trigger: run unserved-1800000000 is not over after --timeout 2s", "no replica")
     one_line_error(cli("trigger", "unserved", "--wait", "--timeout", "0s"), 2, "--timeout: must be positive")
+    one_line_error(cli("trigger", "unserved", "--at", "soon"), 2, "anarchon trigger: --at 'soon' is not a time")

@@ -30,7 +30,7 @@ from collections import Counter
 from itertools import islice
 from typing import TYPE_CHECKING, Final
 
-from .common import Failure, add_kube_args, read_job, report, with_kube
+from .common import Failure, add_kube_args, read_job, report, time_arg, with_kube
 from .follow import follow
 
 if TYPE_CHECKING:
@@ -43,15 +43,6 @@ POLL_S: Final = 0.5
 #: after the store granted the claim; one that has not appeared by then will not (the claim
 #: was refused: the store had decided the slot before).
 ABSENT_S: Final = 30.0
-
-
-def _time(flag: str, value: str) -> int:
-    from ..kube.triggers import parse_trigger
-
-    slot = parse_trigger(value)
-    if slot is None:
-        raise Failure(f"{flag} {value!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)", 2)
-    return slot
 
 
 async def _handled(kube: Kube, namespace: str, name: str, value: str, *, wait: bool = True) -> bool:
@@ -75,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from ..kube.spec import SpecError, parse_job, run_name, slot_time
 
     try:
-        start, end = _time("--from", args.start), _time("--to", args.end)
+        start, end = time_arg("--from", args.start), time_arg("--to", args.end)
         if end < start:
             raise Failure(f"--to {args.end} is before --from {args.start}", 2)
         if end > time.time_ns() // 1_000_000:
@@ -116,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     print(f"slot {slot_time(slot)}: the store had decided it before, not run again", flush=True)
                 outcomes[phase or "not run again"] += 1
             else:
-                print(f"slot {slot_time(slot)}: claimed ({run_name(args.job, slot)})", flush=True)
+                print(f"slot {slot_time(slot)}: decided by the replicas ({run_name(args.job, slot)})", flush=True)
         if args.overlap == "Wait":
             print("done: " + (", ".join(f"{n} {phase}" for phase, n in sorted(outcomes.items())) or "nothing to run"))
         return 0 if set(outcomes) <= {"Succeeded", "not run again"} else 1

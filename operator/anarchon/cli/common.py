@@ -81,6 +81,17 @@ def with_kube(verb: str, args: argparse.Namespace, body: Callable[[Kube, str], A
         return report(verb, failure)
 
 
+def time_arg(flag: str, value: str) -> int:
+    """A time flag (``--at``, ``--after``, ``--from``, ``--to``) as ms since the epoch: the values
+    a trigger takes (:func:`anarchon.kube.triggers.parse_trigger`), so one spelling works everywhere."""
+    from ..kube.triggers import parse_trigger
+
+    slot = parse_trigger(value)
+    if slot is None:
+        raise Failure(f"{flag} {value!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)", 2)
+    return slot
+
+
 def job_not_found(namespace: str, name: str) -> Failure:
     return Failure(f"no AnarchonJob {name!r} in namespace {namespace!r} (HTTP 404)")
 

@@ -11,7 +11,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import Failure, default_namespace, read_job, report, with_kube
+from .common import Failure, default_namespace, read_job, report, time_arg, with_kube
 from .manifests import read
 from .output import add_output_arg, dump, table
 
@@ -56,15 +56,10 @@ def _print(jobs: list[dict[str, Any]], fmt: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.triggers import parse_trigger
-
-    after_ms = time.time_ns() // 1_000_000
-    if args.after is not None:
-        parsed = parse_trigger(args.after)
-        if parsed is None:
-            message = f"--after {args.after!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)"
-            return report("next", Failure(message, 2))
-        after_ms = parsed
+    try:
+        after_ms = time.time_ns() // 1_000_000 if args.after is None else time_arg("--after", args.after)
+    except Failure as failure:
+        return report("next", failure)
     if os.path.exists(args.target):
         try:
             manifest = read(args.target, args.namespace or default_namespace(args.kubeconfig))

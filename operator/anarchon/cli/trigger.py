@@ -13,7 +13,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .common import Failure, add_kube_args, job_not_found, report, with_kube
+from .common import Failure, add_kube_args, job_not_found, report, time_arg, with_kube
 from .follow import follow
 
 if TYPE_CHECKING:
@@ -37,13 +37,12 @@ def run(args: argparse.Namespace) -> int:
     from ..kube.client import ApiException
     from ..kube.constants import ANNOTATION_TRIGGER
     from ..kube.spec import run_name
-    from ..kube.triggers import parse_trigger
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    slot = parse_trigger(at)
-    if slot is None:
-        message = f"--at {at!r} is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)"
-        return report("trigger", Failure(message, 2))
+    try:
+        slot = time_arg("--at", at)
+    except Failure as failure:
+        return report("trigger", failure)
 
     async def annotate(kube: Kube, namespace: str) -> int:
         try:
