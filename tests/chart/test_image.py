@@ -108,7 +108,9 @@ def test_wheel_builds_from_the_docker_build_context(wheel: Path) -> None:
         entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
         metadata = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     assert "anarchon = anarchon.cli:main" in entry_points
-    assert "anarchon/cli.py" in names and "anarchon/kube/main.py" in names and "anarchon/engine/scheduler.py" in names
+    assert "kubectl-anarchon = anarchon.cli:main" in entry_points
+    for module in ("cli/__init__.py", "cli/operator.py", "kube/main.py", "engine/scheduler.py"):
+        assert f"anarchon/{module}" in names
     assert "Provides-Extra: operator" in metadata
     assert not [n for n in names if n.startswith("tests/") or "__pycache__" in n]
 

@@ -107,6 +107,36 @@ class Kube:
             ),  # type: ignore[call-arg]
         )
 
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(
+            await call(
+                f"reading job {namespace}/{name}",
+                lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name),
+            )
+        )
+
+    async def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
+        """The AnarchonJobs of ``namespace`` (every namespace if None), by namespace and name."""
+        if namespace is None:
+            listing = await call("listing jobs", lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, JOBS))
+        else:
+            listing = await call(
+                f"listing jobs of {namespace}",
+                lambda: self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, JOBS),
+            )
+        items = list(listing.get("items") or [])
+        items.sort(key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"]))
+        return items
+
+    async def patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch of the job (spec and metadata; its status has :meth:`patch_job_status`)."""
+        await call(
+            f"patching job {namespace}/{name}",
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBS, name, patch, _content_type=MERGE
+            ),  # type: ignore[call-arg]
+        )
+
     async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await call(
             f"status of job {namespace}/{name}",

@@ -48,3 +48,6 @@ ANNOTATION_TRIGGER: Final = f"{GROUP}/trigger"
 #: a replica that starts later must not run an old trigger again once its run has left the
 #: store's history.
 ANNOTATION_TRIGGER_HANDLED: Final = f"{GROUP}/trigger-handled"
+#: On an AnarchonJob: why it is suspended, as ``anarchon suspend --reason`` says; the CLI shows
+#: it beside the job, ``anarchon resume`` removes it.
+ANNOTATION_SUSPEND_REASON: Final = f"{GROUP}/suspend-reason"

@@ -1,0 +1,31 @@
+"""``anarchon`` (also ``kubectl anarchon``): the operator process and the commands around it, one module per verb."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from . import backfill, get, lint, operator, resume, runs, suspend, trigger
+from . import list as list_
+from . import next as next_
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line and exit 2, as every other error of the CLI, not the usage block first."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="anarchon", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for verb in (operator, list_, get, runs, next_, lint, suspend, resume, trigger, backfill):
+        verb.add(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

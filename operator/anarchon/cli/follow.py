@@ -1,0 +1,89 @@
+"""Following one run to its end, for ``trigger --wait``: a line per change, then the outcome.
+
+It polls the AnarchonRun (once a second) rather than watching it: the run may not exist yet
+(no replica has claimed the slot), and a poll needs no resumable watch to survive an API
+server restart. A run is over when its object says so (:func:`anarchon.kube.mend.open_run`):
+an Interrupted run without a finish time still waits for its next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .common import Failure
+
+if TYPE_CHECKING:
+    from ..kube.client import Kube
+
+POLL_S = 1.0
+
+
+def _progress(run: dict[str, Any]) -> tuple[Any, ...]:
+    status = run.get("status") or {}
+    return (status.get("phase"), status.get("attempt"), status.get("instance"), status.get("reason"))
+
+
+def _line(run: dict[str, Any]) -> str:
+    status = run.get("status") or {}
+    phase = status.get("phase") or "Created"
+    text = phase
+    if status.get("attempt"):
+        text += f", attempt {status['attempt']}"
+    if status.get("instance"):
+        text += f" on {status['instance']}"
+    if status.get("podName") and phase == "Running":
+        text += f", Pod {status['podName']}"
+    if status.get("reason"):
+        text += f" ({status['reason']})"
+    if status.get("message"):
+        text += f": {' '.join(str(status['message']).split())}"
+    return text
+
+
+def _say(text: str) -> None:
+    print(f"{datetime.now(UTC).strftime('%H:%M:%SZ')} {text}", flush=True)
+
+
+async def follow(
+    kube: Kube, namespace: str, name: str, timeout_s: float | None, *, absent_s: float | None = None
+) -> str | None:
+    """Print the run's changes until it is over; its final phase (raises :class:`Failure` on timeout).
+
+    None if ``absent_s`` is given and the run has not appeared by then: a caller that knows
+    the slot's trigger was handled learns that no run is coming (the store had decided the slot).
+    """
+    from ..kube.client import ApiException, call
+    from ..kube.constants import GROUP, RUNS, VERSION
+    from ..kube.mend import open_run
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    absent_deadline = None if absent_s is None else time.monotonic() + absent_s
+    seen: tuple[Any, ...] | None = None
+    _say(f"waiting for a replica to claim run {name}")
+    while True:
+        try:
+            run = dict(
+                await call(
+                    f"reading run {name}",
+                    lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name),
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            run = None
+        if run is not None:
+            if _progress(run) != seen:
+                seen = _progress(run)
+                _say(_line(run))
+            if not open_run(run):
+                return str(run["status"]["phase"])
+        if run is None and absent_deadline is not None and time.monotonic() >= absent_deadline:
+            return None
+        if deadline is not None and time.monotonic() >= deadline:
+            where = "no replica has claimed it" if run is None else f"it is {_line(run)}"
+            raise Failure(f"run {name} is not over after --timeout {timeout_s:g}s: {where}")
+        await asyncio.sleep(POLL_S)

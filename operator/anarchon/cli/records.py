@@ -1,0 +1,96 @@
+"""What the verbs read from AnarchonJobs and AnarchonRuns, as plain records (one vocabulary for
+tables, JSON and YAML): the fields the operator writes, and what follows from them.
+
+The job's next time is computed here from its spec by the engine's schedule, not read from
+its status: the status says what a replica last wrote, which is stale when none runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kube.constants import ANNOTATION_SUSPEND_REASON
+from ..kube.mend import open_run
+from ..kube.spec import SpecError, parse_job, schedule_column, slot_time
+from .times import zone_of
+
+
+def job_record(job: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    suspended = bool(spec.get("suspend", False))
+    try:
+        parsed = parse_job(job)
+    except SpecError as exc:
+        schedule, zone, next_time, problems = None, None, None, exc.messages
+    else:
+        schedule, zone, problems = schedule_column(parsed.schedule), zone_of(parsed.schedule), []
+        next_time = None if suspended else slot_time(parsed.schedule.next_after(now_ms))
+    return {
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "schedule": schedule,
+        "timeZone": zone,
+        "suspended": suspended,
+        "suspendReason": (meta.get("annotations") or {}).get(ANNOTATION_SUSPEND_REASON) if suspended else None,
+        "active": int(status.get("activeCount") or 0),
+        "lastScheduleTime": status.get("lastScheduleTime"),
+        "lastSuccessfulTime": status.get("lastSuccessfulTime"),
+        "nextScheduleTime": next_time,
+        "problems": problems,
+    }
+
+
+def run_record(run: dict[str, Any]) -> dict[str, Any]:
+    """A run: its outcome once it has one (an Interrupted run without a finish time waits for its next attempt)."""
+    spec, status = run.get("spec") or {}, run.get("status") or {}
+    attempts = [
+        {
+            "attempt": int(a.get("attempt", 0)),
+            "instance": a.get("instance"),
+            "pod": a.get("podName"),
+            "outcome": a.get("outcome"),
+            "startTime": a.get("startTime"),
+            "finishTime": a.get("finishTime"),
+            "message": a.get("message") or "",
+        }
+        for a in status.get("attempts") or []
+    ]
+    return {
+        "name": run["metadata"]["name"],
+        "slot": int(spec.get("slot") or 0),
+        "slotTime": spec.get("slotTime") or slot_time(int(spec.get("slot") or 0)),
+        "trigger": spec.get("trigger"),
+        "phase": status.get("phase"),
+        "outcome": None if open_run(run) else status.get("phase"),
+        "attempts": attempts,
+        "startTime": status.get("startTime"),
+        "finishTime": status.get("finishTime"),
+        "reason": status.get("reason"),
+        "message": status.get("message") or "",
+    }
+
+
+def run_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The runs table: one line per run, its attempts counted and their instances in order."""
+    headers = ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "OUTCOME", "MESSAGE"]
+    rows = [
+        [
+            r["name"],
+            r["slotTime"],
+            r["trigger"] or "-",
+            r["phase"] or "-",
+            str(len(r["attempts"])),
+            ",".join(a["instance"] or "?" for a in r["attempts"]) or "-",
+            r["outcome"] or "-",
+            " ".join(r["message"].split())[:60],
+        ]
+        for r in records
+    ]
+    return headers, rows
+
+
+def suspended_text(record: dict[str, Any]) -> str:
+    """``no``, ``yes``, or ``yes (the reason)``: the SUSPENDED column and the Suspended line."""
+    if not record["suspended"]:
+        return "no"
+    return f"yes ({record['suspendReason']})" if record["suspendReason"] else "yes"

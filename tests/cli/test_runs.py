@@ -1,0 +1,51 @@
+"""``anarchon runs JOB`` on the real API server: a run taken over by a backup shows both attempts and instances."""
+
+from __future__ import annotations
+
+import signal
+
+from tests.operator.conftest import Cluster, job_manifest
+
+from .conftest import Cli, ok, ok_json, one_line_error
+
+
+def test_runs_shows_attempts_instances_and_outcome(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
+    replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    for name in ("replica-a", "replica-b"):
+        replicas.start(name)
+    cluster.apply(job_manifest("relay", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "10"}))
+    run = cluster.trigger_running("relay")
+    runner = run["status"]["instance"]
+    (backup,) = {"replica-a", "replica-b"} - {runner}
+
+    (open_run,) = ok_json(cli("runs", "relay", "-o", "json"))
+    assert open_run["outcome"] is None and open_run["phase"] == "Running"
+    assert [a["instance"] for a in open_run["attempts"]] == [runner]
+
+    replicas.kill(runner, signal.SIGKILL)  # the backup adopts the Pod after the lease
+    cluster.wait(lambda: cluster.phases("relay")["Succeeded"] == 1, timeout=90, what="the adopted run to succeed")
+
+    (done,) = ok_json(cli("runs", "relay", "-o", "json"))
+    assert done["name"] == run["metadata"]["name"] and done["slotTime"] == "2027-01-15T08:00:00Z"
+    assert done["trigger"] == "Manual" and done["outcome"] == "Succeeded"
+    assert [(a["attempt"], a["instance"], a["outcome"]) for a in done["attempts"]] == [
+        (1, runner, "Interrupted"),
+        (2, backup, "Succeeded"),
+    ]
+    header, row = ok(cli("runs", "relay")).splitlines()
+    assert header.split() == ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "OUTCOME", "MESSAGE"]
+    assert row.split()[:7] == [
+        done["name"],
+        done["slotTime"],
+        "Manual",
+        "Succeeded",
+        "2",
+        f"{runner},{backup}",
+        "Succeeded",
+    ]
+
+
+def test_runs_of_a_job_that_does_not_exist(cluster: Cluster, cli: Cli) -> None:
+    line = one_line_error(cli("runs", "nope"), 1, "no AnarchonJob 'nope'", cluster.namespace, "HTTP 404")
+    assert line.startswith("anarchon runs: ")
+    one_line_error(cli("runs", "nope", "-o", "toml"), 2, "invalid choice: 'toml'")
