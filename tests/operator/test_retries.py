@@ -7,15 +7,22 @@ The KWOK stages fail a Pod whose template says ``anarchon.test/exit-code``; with
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube.spec import pod_name
+from anarchon.kube import runs
+from anarchon.kube.client import Kube
+from anarchon.kube.events import EventPoster
+from anarchon.kube.pods import build_pod, create_pod
+from anarchon.kube.runner import PodRunner
+from anarchon.kube.spec import parse_job, pod_name, run_name
 
 from .conftest import Cluster, Replicas, job_manifest
+from .test_runner_fencing import SLOT, attempt
 
 
 def _t(text: str) -> datetime:
@@ -160,3 +167,52 @@ def test_a_backup_launches_the_next_try_after_the_runner_died_in_the_backoff(
     started = _t(second["metadata"]["creationTimestamp"])
     assert started >= next_try_at, (started, next_try_at)
     assert (started - next_try_at).total_seconds() < 10, "the backup waited a second full backoff"
+
+
+async def test_a_failed_try_whose_runner_died_before_counting_it_is_retried_not_relaunched(
+    cluster: Cluster, kube: Kube
+) -> None:
+    """The runner died between its Pod's failure and the status write that counts it: the run still
+    says try 1 is Running. The next attempt finds try 1's Pod Failed: it counts it and goes on with
+    try 2; it never launches try 1 again (its Pod keeps its uid)."""
+    cluster.apply(
+        job_manifest(
+            "uncounted",
+            every="1h",
+            suspend=True,
+            retries={"limit": 2, "backoff": "1s"},
+            annotations={
+                "anarchon.test/exit-code": "3",
+                "anarchon.test/fail-tries": "1",
+                "anarchon.test/run-seconds": "0.5",
+            },
+        )
+    )
+    spec = parse_job(cluster.get("anarchonjob", "uncounted"))
+    name = run_name(spec.name, SLOT)
+    # What attempt 1 left: the run, its try 1 Running, and that try's Pod, which then failed.
+    run = await runs.ensure_run(kube, spec, SLOT, "Manual")
+    await runs.update_status(
+        kube, spec.namespace, name, 1, lambda s: runs.start_attempt(s, attempt=1, instance="dead", pod=name)
+    )
+    body = build_pod(
+        spec, run=name, pod=name, slot=SLOT, attempt=1, try_number=1, instance="dead", run_uid=run["metadata"]["uid"]
+    )
+    first, _ = await create_pod(kube, body)
+    await asyncio.to_thread(
+        cluster.wait,
+        lambda: (cluster.get("pod", name) or {}).get("status", {}).get("phase") == "Failed",
+        30,
+        "try 1's Pod to fail",
+    )
+
+    ctx = attempt(2, *([True] * 50))
+    await asyncio.wait_for(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx), 60)  # returns: Succeeded
+
+    status = cluster.get("anarchonrun", name)["status"]
+    assert (status["phase"], status["try"], status["attempt"]) == ("Succeeded", 2, 2), status
+    assert [(t["try"], t["outcome"]) for t in status["tries"]] == [(1, "Failed"), (2, "Succeeded")]
+    pods = _pods_by_try(cluster, name)
+    assert sorted(pods) == [1, 2]
+    assert pods[1]["metadata"]["uid"] == first["metadata"]["uid"], "try 1's Pod was launched again"
+    assert pods[2]["metadata"]["name"] == f"{name}-r1"
