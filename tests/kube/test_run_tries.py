@@ -62,9 +62,7 @@ def test_a_later_attempt_adopting_the_try_goes_on_with_it() -> None:
 
 def test_the_final_end_closes_the_current_try() -> None:
     status = runs.start_attempt(_first_try_failed(), attempt=1, instance="a", pod="job-1-r1", try_number=2)
-    ended = runs.end_attempt(
-        status, attempt=1, outcome="Failed", message="failed after 2 tries: exit 3", final=True, try_number=2
-    )
+    ended = runs.end_attempt(status, attempt=1, outcome="Failed", message="failed after 2 tries: exit 3", final=True)
     assert (ended["phase"], ended["try"]) == ("Failed", 2)
     assert [(t["try"], t["outcome"]) for t in ended["tries"]] == [(1, "Failed"), (2, "Failed")]
     assert ended["tries"][1]["message"] == "failed after 2 tries: exit 3"
@@ -72,5 +70,20 @@ def test_the_final_end_closes_the_current_try() -> None:
 
 def test_an_interrupted_attempt_leaves_its_try_open_for_the_next_attempt() -> None:
     status = runs.start_attempt({}, attempt=1, instance="a", pod="job-1")
-    lost = runs.end_attempt(status, attempt=1, outcome="Interrupted", message="Pod lost", final=False, try_number=1)
+    lost = runs.end_attempt(status, attempt=1, outcome="Interrupted", message="Pod lost", final=False)
     assert [(t["try"], t["outcome"]) for t in lost["tries"]] == [(1, "Running")], "a lost Pod is not a failed try"
+
+
+def test_a_run_ended_without_its_try_closes_it_interrupted() -> None:
+    given_up = runs.end_attempt(
+        runs.start_attempt({}, attempt=3, instance="a", pod="job-1"),
+        attempt=3,
+        outcome="Interrupted",
+        message="gave up after attempt 3 of 3",
+        final=True,
+    )
+    assert [(t["try"], t["outcome"]) for t in given_up["tries"]] == [(1, "Interrupted")]
+    replaced = runs.interrupted(runs.start_attempt({}, attempt=1, instance="a", pod="job-1"), message="replaced")
+    assert replaced is not None and replaced["phase"] == "Interrupted"
+    assert [(t["try"], t["outcome"]) for t in replaced["tries"]] == [(1, "Interrupted")]
+    assert runs.interrupted(replaced, message="again") is None, "a run that ended keeps how it ended"

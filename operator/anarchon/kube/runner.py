@@ -312,7 +312,7 @@ class PodRunner:
         shown: str | None = None  # the reason the run shows for its Pending Pod, if any
         while True:
             if ctx.stop.is_set():
-                await self._stopped(ctx, spec, name, pod, try_number)
+                await self._stopped(ctx, spec, name, pod)
                 return None
             with interest_in(self.pod_watch, spec.namespace, pod) as changed:  # before the read: no change slips by
                 try:
@@ -324,18 +324,18 @@ class PodRunner:
                 if view.fate in (PodFate.LIVE, PodFate.LINGERING):
                     # A lingering Pod may still run: the lease is kept, so nobody launches beside it.
                     ctx.set_alive(True)
-                    shown, left_s = await self._pending(ctx, spec, name, view, shown, try_number)
+                    shown, left_s = await self._pending(ctx, spec, name, view, shown)
                     await self._wait(ctx, changed, at_most_s=left_s)
                     continue
             if view.fate is PodFate.SUCCEEDED:
-                await self._end(ctx, spec, name, "Succeeded", view.message, final=True, try_number=try_number)
+                await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
                 return None
             if view.fate is PodFate.FAILED:
                 # A try that ran past its deadline is not retried: it would most likely hang again.
                 if spec.retries.may_retry(try_number) and not _deadline_exceeded(view):
                     return view
                 message = view.message if try_number == 1 else f"failed after {try_number} tries: {view.message}"
-                await self._end(ctx, spec, name, "Failed", message, final=True, try_number=try_number)
+                await self._end(ctx, spec, name, "Failed", message, final=True)
                 await self.events.about(
                     spec,
                     reason="RunFailed",
@@ -357,7 +357,7 @@ class PodRunner:
             raise RunInterrupted(f"Pod {pod}: {view.message}")
 
     async def _pending(
-        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, shown: str | None, try_number: int
+        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, shown: str | None
     ) -> tuple[str | None, float | None]:
         """Say why the attempt's Pod is Pending (run status and condition, an Event); end the run
         once it has been Pending for ``pendingTimeout``.
@@ -387,11 +387,11 @@ class PodRunner:
         left_s = bound_ms / 1000 - pending_s
         if left_s > 0:
             return shown, left_s
-        await self._pending_timeout(ctx, spec, name, view, waiting, try_number)
+        await self._pending_timeout(ctx, spec, name, view, waiting)
         return shown, 0.0  # the Pod changed before it could be deleted (it may have started): look again
 
     async def _pending_timeout(
-        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, waiting: Waiting | None, try_number: int
+        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, waiting: Waiting | None
     ) -> None:
         """The Pod stayed Pending past ``pendingTimeout``: delete it and fail the run (no retry: a
         new Pod would most likely wait the same). Returns only if the Pod changed meanwhile."""
@@ -402,13 +402,11 @@ class PodRunner:
         bound = format_duration(spec.pending_timeout_ms or 0)
         why = f": {waiting.reason}: {waiting.message}" if waiting is not None else ""
         message = f"Pod {view.name} stayed Pending longer than pendingTimeout ({bound}){why}"
-        await self._end(
-            ctx, spec, name, "Failed", message, final=True, reason=runs.PENDING_TIMEOUT, try_number=try_number
-        )
+        await self._end(ctx, spec, name, "Failed", message, final=True, reason=runs.PENDING_TIMEOUT)
         await self.events.about(spec, reason=runs.PENDING_TIMEOUT, warning=True, message=f"run {name}: {message}")
         raise RunFailed(message)
 
-    async def _stopped(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, try_number: int) -> None:
+    async def _stopped(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
         if ctx.stop_reason == SHUTDOWN:
             raise RunInterrupted(f"{ctx.instance} stopping: Pod {pod} left running for a backup to adopt")
         if ctx.stop_reason == TIMEOUT:
@@ -416,7 +414,7 @@ class PodRunner:
             # timeout must not delete the Pod a backup has adopted meanwhile.
             await _confirm(ctx)
             await delete_pod(self.kube, spec.namespace, pod)
-            await self._end(ctx, spec, name, "Failed", "timed out", final=True, try_number=try_number)
+            await self._end(ctx, spec, name, "Failed", "timed out", final=True)
             return
         if ctx.stop_reason == REPLACED:
             why = "replaced by a newer run (overlap Replace)"
@@ -435,7 +433,6 @@ class PodRunner:
         *,
         final: bool,
         reason: str | None = None,
-        try_number: int | None = None,
     ) -> None:
         await _confirm(ctx)
         await self._write(
@@ -449,7 +446,6 @@ class PodRunner:
                 message=message,
                 final=final,
                 reason=reason,
-                try_number=try_number,
             ),
         )
 
@@ -498,11 +494,7 @@ async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], m
             s, attempt=int(s.get("attempt") or 1), outcome=outcome, message=why, final=True
         )
     else:
-        change = lambda s: (  # noqa: E731
-            None
-            if s.get("finishTime")
-            else {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()}
-        )
+        change = lambda s: runs.interrupted(s, message=message)  # noqa: E731
     # Whatever attempt wrote last: the store has already ended the run.
     await runs.update_status(kube, namespace, name, 10**6, change)
     return None if ended is None else str(ended.fate)

@@ -234,18 +234,15 @@ def next_try_time(status: Status, try_number: int) -> datetime | None:
 
 
 def end_attempt(
-    status: Status,
-    *,
-    attempt: int,
-    outcome: str,
-    message: str,
-    final: bool,
-    reason: str | None = None,
-    try_number: int | None = None,
+    status: Status, *, attempt: int, outcome: str, message: str, final: bool, reason: str | None = None
 ) -> Status:
+    """The attempt ended; ``final``: so did the run, and its current try with it.
+
+    Not final (the Pod was lost), the try stays open: the next attempt takes it up.
+    """
     now = now_rfc3339()
-    if try_number is not None and final:
-        _close_try(status, try_number, outcome, message, now)
+    if final:
+        _close_try(status, int(status.get("try") or 1), outcome, message, now)
     for entry in status.get("attempts") or []:
         if int(entry.get("attempt", 0)) == attempt:
             entry.update(outcome=outcome, finishTime=now, message=message)
@@ -261,6 +258,16 @@ def end_attempt(
         status["finishTime"] = now
     else:
         status["phase"] = "Interrupted"
+    return status
+
+
+def interrupted(status: Status, *, message: str) -> Status | None:
+    """The store ended the run as Interrupted (replaced by a newer run): unless it ended already."""
+    if status.get("finishTime"):
+        return None
+    now = now_rfc3339()
+    _close_try(status, int(status.get("try") or 1), "Interrupted", message, now)
+    status.update(phase="Interrupted", message=message, finishTime=now)
     return status
 
 
