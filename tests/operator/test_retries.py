@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,8 @@ from anarchon.kube import runs
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import build_pod, create_pod
-from anarchon.kube.runner import PodRunner
-from anarchon.kube.spec import parse_job, pod_name, run_name
+from anarchon.kube.runner import PodRunner, end_replaced
+from anarchon.kube.spec import JobSpec, parse_job, pod_name, run_name
 
 from .conftest import Cluster, Replicas, job_manifest
 from .test_runner_fencing import SLOT, attempt
@@ -169,15 +169,12 @@ def test_a_backup_launches_the_next_try_after_the_runner_died_in_the_backoff(
     assert (started - next_try_at).total_seconds() < 10, "the backup waited a second full backoff"
 
 
-async def test_a_failed_try_whose_runner_died_before_counting_it_is_retried_not_relaunched(
-    cluster: Cluster, kube: Kube
-) -> None:
-    """The runner died between its Pod's failure and the status write that counts it: the run still
-    says try 1 is Running. The next attempt finds try 1's Pod Failed: it counts it and goes on with
-    try 2; it never launches try 1 again (its Pod keeps its uid)."""
+async def _first_try_failed(cluster: Cluster, kube: Kube, job: str) -> tuple[JobSpec, dict[str, Any]]:
+    """What attempt 1 of a run leaves when it dies as its first try's Pod fails: the run, its try 1
+    Running, and that try's Pod, Failed. Later tries of the job succeed."""
     cluster.apply(
         job_manifest(
-            "uncounted",
+            job,
             every="1h",
             suspend=True,
             retries={"limit": 2, "backoff": "1s"},
@@ -188,9 +185,8 @@ async def test_a_failed_try_whose_runner_died_before_counting_it_is_retried_not_
             },
         )
     )
-    spec = parse_job(cluster.get("anarchonjob", "uncounted"))
+    spec = parse_job(cluster.get("anarchonjob", job))
     name = run_name(spec.name, SLOT)
-    # What attempt 1 left: the run, its try 1 Running, and that try's Pod, which then failed.
     run = await runs.ensure_run(kube, spec, SLOT, "Manual")
     await runs.update_status(
         kube, spec.namespace, name, 1, lambda s: runs.start_attempt(s, attempt=1, instance="dead", pod=name)
@@ -205,7 +201,17 @@ async def test_a_failed_try_whose_runner_died_before_counting_it_is_retried_not_
         30,
         "try 1's Pod to fail",
     )
+    return spec, first
 
+
+async def test_a_failed_try_whose_runner_died_before_counting_it_is_retried_not_relaunched(
+    cluster: Cluster, kube: Kube
+) -> None:
+    """The runner died between its Pod's failure and the status write that counts it: the run still
+    says try 1 is Running. The next attempt finds try 1's Pod Failed: it counts it and goes on with
+    try 2; it never launches try 1 again (its Pod keeps its uid)."""
+    spec, first = await _first_try_failed(cluster, kube, "uncounted")
+    name = run_name(spec.name, SLOT)
     ctx = attempt(2, *([True] * 50))
     await asyncio.wait_for(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx), 60)  # returns: Succeeded
 
@@ -216,3 +222,25 @@ async def test_a_failed_try_whose_runner_died_before_counting_it_is_retried_not_
     assert sorted(pods) == [1, 2]
     assert pods[1]["metadata"]["uid"] == first["metadata"]["uid"], "try 1's Pod was launched again"
     assert pods[2]["metadata"]["name"] == f"{name}-r1"
+
+
+async def test_a_run_replaced_in_its_backoff_is_interrupted_not_failed_by_its_earlier_try(
+    cluster: Cluster, kube: Kube
+) -> None:
+    """Overlap Replace ends a run that waits out a backoff: its failed first try is not its outcome."""
+    spec, _ = await _first_try_failed(cluster, kube, "replaced")
+    name = run_name(spec.name, SLOT)
+    at = datetime.now(UTC) + timedelta(seconds=30)
+    await runs.update_status(
+        kube,
+        spec.namespace,
+        name,
+        1,
+        lambda s: runs.try_failed(s, try_number=1, message="exit 3", next_try_at=at, next_pod=pod_name(name, 2)),
+    )
+    await end_replaced(kube, spec.namespace, name, [name], "replaced by the run of slot 1800000010000")
+
+    status = cluster.get("anarchonrun", name)["status"]
+    assert (status["phase"], status["message"]) == ("Interrupted", "replaced by the run of slot 1800000010000"), status
+    assert [(t["try"], t["outcome"]) for t in status["tries"]] == [(1, "Failed")]
+    assert sorted(_pods_by_try(cluster, name)) == [1], "no Pod of the next try"

@@ -476,28 +476,30 @@ class PodRunner:
 async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], message: str) -> str | None:
     """The run was replaced (final in the store): its live Pods go, its object says how it ended.
 
-    A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as
-    its Pod was. Each delete is conditional on the version of the Pod we read, so a Pod
-    that ends between our read and our delete is not taken for interrupted; and it has no
-    grace period, so the Pod cannot go on to end Succeeded after its run was recorded
-    Interrupted (the kubelet still stops its containers with SIGTERM, then SIGKILL). Returns
-    the Pod's outcome, if one ended. Safe to repeat, and to run on several replicas at once.
+    A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as its
+    Pod was (the newest Pod, of the run's current try: ``pods`` come oldest try first). Each
+    delete is conditional on the version of the Pod we read, so a Pod that ends between our
+    read and our delete is not taken for interrupted; and it has no grace period, so the Pod
+    cannot go on to end Succeeded after its run was recorded Interrupted (the kubelet still
+    stops its containers with SIGTERM, then SIGKILL). Returns the Pod's outcome, if one
+    ended. Safe to repeat, and to run on several replicas at once.
     """
-    ended: PodView | None = None
+    last: PodView | None = None  # how the newest of them (the current try's) had ended, if it had
     for pod in pods:
-        view = await _stop_pod(kube, namespace, pod)
-        if view is not None:
-            ended = view
-    if ended is not None:
-        outcome, why = str(ended.fate), f"{ended.message} (then replaced by a newer run)"
-        change: Callable[[runs.Status], runs.Status | None] = lambda s: runs.end_attempt(  # noqa: E731
-            s, attempt=int(s.get("attempt") or 1), outcome=outcome, message=why, final=True
-        )
-    else:
-        change = lambda s: runs.interrupted(s, message=message)  # noqa: E731
+        last = await _stop_pod(kube, namespace, pod)
+    tried = 0 if last is None else try_of(last.body or {})
+
+    def change(s: runs.Status) -> runs.Status | None:
+        # An earlier try's failed Pod is not the run's outcome: a run replaced while it waited
+        # out a backoff (its next try had no Pod yet) was interrupted, not failed.
+        if last is None or tried < int(s.get("try") or 1):
+            return runs.interrupted(s, message=message)
+        why = f"{last.message} (then replaced by a newer run)"
+        return runs.end_attempt(s, attempt=int(s.get("attempt") or 1), outcome=str(last.fate), message=why, final=True)
+
     # Whatever attempt wrote last: the store has already ended the run.
     await runs.update_status(kube, namespace, name, 10**6, change)
-    return None if ended is None else str(ended.fate)
+    return None if last is None else str(last.fate)
 
 
 async def _stop_pod(kube: Kube, namespace: str, pod: str) -> PodView | None:
