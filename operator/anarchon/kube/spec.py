@@ -350,7 +350,7 @@ def _parse_template(spec: Mapping[str, Any], r: _Reader) -> dict[str, Any] | Non
         r.error(
             "spec.template.spec.restartPolicy",
             f"must be Never or unset, got {_show(restart)}: Anarchon forces Never, because a failed"
-            " container fails the run and a retry after an interruption is a new attempt that launches the Pod again",
+            " container fails its Pod, and a retry is a new Pod (spec.retries, or a new attempt after an interruption)",
         )
 
     out_spec: dict[str, Any] = _plain(pod_spec)
