@@ -64,6 +64,8 @@ def test_fail_fail_succeed_ends_succeeded_after_three_tries_with_growing_backoff
             every="1h",
             suspend=True,
             retries={"limit": 3, "backoff": "3s", "maxBackoff": "6s"},
+            # Bounds one try, not the run: the tries and backoffs together take well over 6 s.
+            timeout="6s",
             annotations={
                 "anarchon.test/exit-code": "3",
                 "anarchon.test/fail-tries": "2",
@@ -91,6 +93,8 @@ def test_fail_fail_succeed_ends_succeeded_after_three_tries_with_growing_backoff
     gaps = [(_t(pods[n + 1]["metadata"]["creationTimestamp"]) - _finished_at(pods[n])).total_seconds() for n in (1, 2)]
     assert gaps[0] >= 2 and gaps[1] >= 5, gaps
     assert gaps[1] > gaps[0], f"the backoff doubles: {gaps}"
+    total = (_finished_at(pods[3]) - _t(pods[1]["metadata"]["creationTimestamp"])).total_seconds()
+    assert total > 6, f"the run took {total} s: the timeout was not put to the test"
     cluster.wait(lambda: len(cluster.events("TryFailed")) == 2, timeout=30, what="a TryFailed Event per failed try")
 
 
@@ -167,6 +171,46 @@ def test_a_backup_launches_the_next_try_after_the_runner_died_in_the_backoff(
     started = _t(second["metadata"]["creationTimestamp"])
     assert started >= next_try_at, (started, next_try_at)
     assert (started - next_try_at).total_seconds() < 10, "the backup waited a second full backoff"
+
+
+def test_a_runner_stopped_in_the_backoff_hands_the_next_try_over(
+    cluster: Cluster, replicas_factory, tmp_path: Path
+) -> None:
+    """SIGTERM (a rolling update) during a backoff: the run is handed over at once, without using
+    up an attempt, and the backup launches the next try when the backoff ends."""
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    for i in range(2):
+        replicas.start(f"replica-{i}")
+    cluster.apply(
+        job_manifest(
+            "rolled",
+            every="1h",
+            suspend=True,
+            maxAttempts=1,
+            retries={"limit": 1, "backoff": "8s"},
+            annotations={
+                "anarchon.test/exit-code": "3",
+                "anarchon.test/fail-tries": "1",
+                "anarchon.test/run-seconds": "0.5",
+            },
+        )
+    )
+    cluster.trigger_running("rolled")
+    waiting = cluster.wait(
+        lambda: [r for r in cluster.runs("rolled") if (r.get("status") or {}).get("nextTryTime")],
+        timeout=60,
+        what="the backoff after the first try",
+    )[0]
+    name, runner = waiting["metadata"]["name"], waiting["status"]["instance"]
+    replicas.kill(runner, signal.SIGTERM)
+    next_try_at = _t(waiting["status"]["nextTryTime"])
+
+    status = _ended(cluster, "rolled")["status"]
+    assert status["phase"] == "Succeeded", status  # maxAttempts 1: the hand-over did not count
+    assert (status["attempt"], status["try"]) == (2, 2) and status["instance"] != runner, status
+    pods = _pods_by_try(cluster, name)
+    assert sorted(pods) == [1, 2]
+    assert _t(pods[2]["metadata"]["creationTimestamp"]) >= next_try_at
 
 
 async def _first_try_failed(cluster: Cluster, kube: Kube, job: str) -> tuple[JobSpec, dict[str, Any]]:
