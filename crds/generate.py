@@ -77,14 +77,14 @@ _DROPPED = {
 #: What AnarchonJob asks of a Pod template beyond the Pod API (operator/anarchon/kube/spec.py checks
 #: the same): at least one container, each with an image, and restartPolicy Never.
 _POD_SPEC_DESCRIPTION = (
-    "The PodSpec of each attempt's Pod (the Pod API's own schema; see kubectl explain pod.spec), "
+    "The PodSpec of each try's Pod (the Pod API's own schema; see kubectl explain pod.spec), "
     "with at least one container. restartPolicy is forced to Never."
 )
 _RESTART_POLICY_RULE = {
     "rule": "!has(self.restartPolicy) || self.restartPolicy == 'Never'",
     "message": (
-        "restartPolicy must be Never or unset (it is forced to Never): a failed container fails the run, "
-        "and a retry after an interruption is a new attempt in a new Pod"
+        "restartPolicy must be Never or unset (it is forced to Never): a failed container fails its Pod, "
+        "and a retry is a new Pod (spec.retries, or a new attempt after an interruption)"
     ),
     "fieldPath": ".restartPolicy",
     "reason": "FieldValueForbidden",

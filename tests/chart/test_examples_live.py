@@ -144,3 +144,26 @@ def test_long_takeover_moves_the_run_to_another_replica(cluster: ControlPlane, n
         assert st["attempt"] >= 2, st
         assert st["phase"] in ("Claimed", "Running"), st
         cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)
+
+
+def test_retry_flaky_succeeds_on_its_third_try(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
+    path = EXAMPLES / "retry-flaky.yaml"
+    name = yaml.safe_load(path.read_text())["metadata"]["name"]
+    with replicas(cluster, namespace, tmp_path, "replica-a", "replica-b"):
+        cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+        # Its slots are a minute apart: ask for a run now, as `anarchon trigger` does.
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        cluster.kubectl("annotate", "--overwrite", "anarchonjob", name, "-n", namespace, f"anarchon.io/trigger={now}")
+
+        def succeeded() -> dict[str, Any] | None:
+            for r in runs_of(cluster, namespace, name):
+                if r.get("status", {}).get("phase") == "Succeeded":
+                    return r
+            return None
+
+        # Two failed tries of 2 s, backoffs of 5 s and 10 s, a third try of 2 s: about 20 s.
+        run = wait_for("a Succeeded run of flaky", succeeded, 90, tmp_path)
+        st = run["status"]
+        assert st["try"] == 3 and [t["outcome"] for t in st["tries"]] == ["Failed", "Failed", "Succeeded"], st
+        assert st["podName"] == f"{run['metadata']['name']}-r2"
+        cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)

@@ -81,9 +81,10 @@ def test_crd_defaults_are_the_parser_defaults() -> None:
     for name, prop in props.items():
         if "default" in prop and prop["type"] != "object":
             declared[name] = prop["default"]
-    for name, prop in props["catchUp"]["properties"].items():
-        if "default" in prop:
-            declared[f"catchUp.{name}"] = prop["default"]
+    for group in ("catchUp", "retries"):
+        for name, prop in props[group]["properties"].items():
+            if "default" in prop:
+                declared[f"{group}.{name}"] = prop["default"]
     assert declared == dict(S.CRD_DEFAULTS)
     assert "default" not in props["lease"], "lease defaults to 3 heartbeats, which a schema cannot express"
 
@@ -95,6 +96,11 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
         assert props[name]["pattern"] == S.DURATION_PATTERN, name
         assert props[name]["maxLength"] == S.MAX_DURATION_LENGTH, name
     assert props["catchUp"]["properties"]["window"]["pattern"] == S.DURATION_PATTERN
+    retries = props["retries"]["properties"]
+    for name in ("backoff", "maxBackoff"):
+        assert retries[name]["pattern"] == S.DURATION_PATTERN, name
+        assert retries[name]["maxLength"] == S.MAX_DURATION_LENGTH, name
+    assert (retries["limit"]["minimum"], retries["limit"]["maximum"]) == (0, L.MAX_RETRIES)
     assert props["cron"]["pattern"] == S.CRON_PATTERN
     assert props["cron"]["maxLength"] == S.MAX_CRON_LENGTH
     assert props["timeZone"]["pattern"] == S.TIME_ZONE_PATTERN
@@ -112,6 +118,9 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     assert f">= {L.MIN_TIMEOUT_MS}" in rules(props["timeout"])
     assert f"<= {L.MAX_JITTER_MS}" in rules(props["jitter"])
     assert f">= {L.MIN_LEASE_HEARTBEATS} * (" in rules(JOB_SPEC_SCHEMA)
+    for name in ("backoff", "maxBackoff"):
+        assert f">= {L.MIN_RETRY_BACKOFF_MS}" in rules(retries[name]), name
+        assert f"<= {L.MAX_RETRY_BACKOFF_MS}" in rules(retries[name]), name
     root_rules = schema(JOB_CRD)["x-kubernetes-validations"]
     assert any(f"size() <= {S.MAX_JOB_NAME_LENGTH}" in r["rule"] for r in root_rules)
 
@@ -230,6 +239,7 @@ def test_valid_cron_job_with_everything_set(crds: ControlPlane, namespace: str) 
         "catchUp": {"policy": "All", "window": "2d"},
         "startingDeadline": "90s",
         "maxAttempts": 10,
+        "retries": {"limit": 6, "backoff": "5s", "maxBackoff": "1d"},
         "timeout": "1h30m",
         "pendingTimeout": "10m",
         "suspend": True,
@@ -252,6 +262,7 @@ def test_valid_cron_job_with_everything_set(crds: ControlPlane, namespace: str) 
     parsed = parse_job(created)
     assert parsed.options.lease_ms == 60_000 and parsed.options.timeout_ms == 5_400_000
     assert parsed.pending_timeout_ms == 600_000
+    assert (parsed.retries.limit, parsed.retries.backoff_ms, parsed.retries.max_backoff_ms) == (6, 5_000, 86_400_000)
     assert parsed.template["spec"]["nodeSelector"] == {"disk": "ssd"}
 
 
@@ -272,6 +283,8 @@ def tmpl(pod_spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict
 
 OK_CONTAINERS = [{"name": "m", "image": "i"}]
 
+RETRY_MIN = "spec.retries.backoff must be at least 1s"
+RETRY_CAP = "spec.retries.maxBackoff must not be shorter than spec.retries.backoff"
 INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     # (id, spec changes, name, fragments of the apiserver's message)
     ("every-and-cron", {"cron": "0 8 * * *"}, "j", ["set exactly one of spec.every and spec.cron"]),
@@ -324,6 +337,25 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("max-attempts-11", {"maxAttempts": 11}, "j", ["spec.maxAttempts", "less than or equal to 10"]),
     ("max-attempts-0", {"maxAttempts": 0}, "j", ["spec.maxAttempts", "greater than or equal to 1"]),
     ("history-negative", {"failedRunsHistoryLimit": -1}, "j", ["spec.failedRunsHistoryLimit"]),
+    ("retries-no-limit", {"retries": {"backoff": "10s"}}, "j", ["spec.retries.limit", "Required"]),
+    ("retries-21", {"retries": {"limit": 21}}, "j", ["spec.retries.limit", "less than or equal to 20"]),
+    ("retries-negative", {"retries": {"limit": -1}}, "j", ["spec.retries.limit", "greater than or equal to 0"]),
+    ("retry-backoff-999ms", {"retries": {"limit": 1, "backoff": "999ms"}}, "j", [RETRY_MIN, "crash loop"]),
+    (
+        "retry-backoff-over-1d",
+        {"retries": {"limit": 1, "backoff": "1d1ms", "maxBackoff": "1d"}},
+        "j",
+        ["spec.retries.backoff must be at most 1d"],
+    ),
+    (
+        "retry-cap-over-1d",
+        {"retries": {"limit": 1, "maxBackoff": "25h"}},
+        "j",
+        ["spec.retries.maxBackoff must be at most 1d"],
+    ),
+    ("retry-cap-below-backoff", {"retries": {"limit": 1, "backoff": "1m", "maxBackoff": "59s"}}, "j", [RETRY_CAP]),
+    ("retry-default-cap-below-backoff", {"retries": {"limit": 1, "backoff": "7m"}}, "j", [RETRY_CAP]),
+    ("retry-cap-days", {"retries": {"limit": 1, "backoff": "1d", "maxBackoff": "23h59m"}}, "j", [RETRY_CAP]),
     ("unknown-field", {"jiter": "1s"}, "j", ['unknown field "spec.jiter"']),
 ]
 
@@ -432,7 +464,11 @@ def test_explain_documents_each_spec_field(crds: ControlPlane) -> None:
         first_words = " ".join(prop["description"].split()[:4])
         assert first_words in " ".join(out.split()), f"{name}: {out}"
     max_attempts = " ".join(explain(crds, "anarchonjob.spec.maxAttempts").split())
-    assert "A Pod that FAILS" in max_attempts and "it is not retried" in max_attempts
+    assert "A Pod that FAILS" in max_attempts and "is not an interruption" in max_attempts
+    retries = " ".join(explain(crds, "anarchonjob.spec.retries").split())
+    assert "backoffLimit" in retries and "Tries are not attempts" in retries
+    assert "FIELD: limit <integer>" in explain(crds, "anarchonjob.spec.retries.limit")
+    assert "A try is one Pod of the run" in " ".join(explain(crds, "anarchonrun.status.try").split())
     run_phase = " ".join(explain(crds, "anarchonrun.status.phase").split())
     assert "Interrupted" in run_phase
 
@@ -526,7 +562,19 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
             "phase": "Running",
             "attempt": 2,
             "instance": "op-1:7",
-            "podName": pod,
+            "podName": S.pod_name(name, 2),
+            "try": 2,
+            "tries": [
+                {
+                    "try": 1,
+                    "podName": pod,
+                    "outcome": "Failed",
+                    "startTime": "2026-10-10T12:00:11Z",
+                    "finishTime": "2026-10-10T12:00:20Z",
+                    "message": "container main exited with code 3",
+                },
+                {"try": 2, "podName": S.pod_name(name, 2), "outcome": "Running", "startTime": "2026-10-10T12:00:41Z"},
+            ],
             "startTime": "2026-10-10T12:00:11Z",
             "message": "",
             "attempts": [
@@ -554,16 +602,17 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
     patch_run_status(crds, namespace, skipped, {"phase": "Skipped", "attempt": 0, "message": "sync-1791633610 active"})
 
     out = crds.kubectl("get", C.RUNS, "-n", namespace).stdout
-    assert out.split("\n")[0].split() == ["NAME", "JOB", "SLOT", "PHASE", "ATTEMPT", "INSTANCE", "POD", "AGE"]
+    assert out.split("\n")[0].split() == ["NAME", "JOB", "SLOT", "PHASE", "ATTEMPT", "TRY", "INSTANCE", "POD", "AGE"]
     rows = {r["NAME"]: r for r in table(out)}
     r = rows[name]
-    assert (r["JOB"], r["SLOT"], r["PHASE"], r["ATTEMPT"], r["INSTANCE"], r["POD"]) == (
+    assert (r["JOB"], r["SLOT"], r["PHASE"], r["ATTEMPT"], r["TRY"], r["INSTANCE"], r["POD"]) == (
         "sync",
         "2026-10-10T12:00:10Z",
         "Running",
         "2",
+        "2",
         "op-1:7",
-        "sync-1791633610",
+        "sync-1791633610-r1",
     )
     assert (rows[skipped]["PHASE"], rows[skipped]["ATTEMPT"], rows[skipped]["POD"]) == ("Skipped", "0", "")
     wide = {x["NAME"]: x for x in table(crds.kubectl("get", "ar", "-n", namespace, "-o", "wide").stdout)}

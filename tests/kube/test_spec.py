@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from anarchon.engine.limits import MAX_RETRIES
 from anarchon.engine.model import CatchUp, Overlap
 from anarchon.engine.schedule import Cron, Every
 from anarchon.kube.constants import (
@@ -27,6 +28,7 @@ from anarchon.kube.constants import (
     LABEL_MANAGED_BY,
     LABEL_RUN,
     LABEL_SLOT,
+    LABEL_TRY,
     MANAGED_BY,
 )
 from anarchon.kube.spec import (
@@ -84,6 +86,7 @@ def test_minimal_every_spec_gets_every_default() -> None:
     assert o.max_attempts == 3
     assert o.timeout_ms is None
     assert job.pending_timeout_ms is None
+    assert job.retries.max_tries == 1, "no retry unless asked for"
     assert o.suspend is False
     assert (job.successful_history, job.failed_history) == (3, 1)
     assert job.template == {
@@ -102,10 +105,15 @@ def test_defaults_match_the_declared_crd_defaults() -> None:
         "catchUp": {"policy": CRD_DEFAULTS["catchUp.policy"], "window": CRD_DEFAULTS["catchUp.window"]},
         "maxAttempts": CRD_DEFAULTS["maxAttempts"],
         "suspend": CRD_DEFAULTS["suspend"],
+        "retries": {
+            "limit": 2,
+            "backoff": CRD_DEFAULTS["retries.backoff"],
+            "maxBackoff": CRD_DEFAULTS["retries.maxBackoff"],
+        },
         "successfulRunsHistoryLimit": CRD_DEFAULTS["successfulRunsHistoryLimit"],
         "failedRunsHistoryLimit": CRD_DEFAULTS["failedRunsHistoryLimit"],
     }
-    assert parse_job(body(explicit)) == parse_job(body())
+    assert parse_job(body(explicit)) == parse_job(body({"retries": {"limit": 2}}))
 
 
 def test_null_fields_take_their_defaults() -> None:
@@ -129,6 +137,7 @@ def test_every_field_set() -> None:
                 "maxAttempts": 10,
                 "timeout": "5m",
                 "pendingTimeout": "2m",
+                "retries": {"limit": 6, "backoff": "2s", "maxBackoff": "1m"},
                 "suspend": True,
                 "successfulRunsHistoryLimit": 0,
                 "failedRunsHistoryLimit": 7,
@@ -147,6 +156,7 @@ def test_every_field_set() -> None:
     assert o.suspend is True
     assert (job.successful_history, job.failed_history) == (0, 7)
     assert job.pending_timeout_ms == 120_000
+    assert (job.retries.limit, job.retries.backoff_ms, job.retries.max_backoff_ms) == (6, 2_000, 60_000)
 
 
 @pytest.mark.parametrize(
@@ -299,6 +309,21 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("pending timeout zero", {"pendingTimeout": "0s"}, "spec.pendingTimeout: must be at least 1s, got '0s'"),
     ("timeout bad", {"timeout": "1y"}, "spec.timeout: cannot parse"),
     ("suspend text", {"suspend": "yes"}, "spec.suspend: expected true or false"),
+    ("retries not an object", {"retries": 3}, "spec.retries: expected an object"),
+    ("retries without limit", {"retries": {"backoff": "10s"}}, "spec.retries.limit: required"),
+    ("retries 21", {"retries": {"limit": 21}}, "spec.retries.limit: must be between 0 and 20, got 21"),
+    ("retries negative", {"retries": {"limit": -1}}, "spec.retries.limit: must be between 0 and 20, got -1"),
+    (
+        "retry backoff 999ms",
+        {"retries": {"limit": 1, "backoff": "999ms"}},
+        "spec.retries.backoff: must be at least 1s, got '999ms': shorter relaunches a failing Pod in a crash loop",
+    ),
+    ("retry cap > 1d", {"retries": {"limit": 1, "maxBackoff": "1d1ms"}}, "spec.retries.maxBackoff: must be at most 1d"),
+    (
+        "retry cap < backoff",
+        {"retries": {"limit": 1, "backoff": "7m"}},
+        "spec.retries.maxBackoff: must not be shorter than spec.retries.backoff (7m), got 6m",
+    ),
     ("successful history", {"successfulRunsHistoryLimit": -1}, "spec.successfulRunsHistoryLimit: must be at least 0"),
     ("failed history", {"failedRunsHistoryLimit": 1.5}, "spec.failedRunsHistoryLimit: expected an integer"),
     ("no template", {"template": None}, "spec.template: required"),
@@ -399,14 +424,18 @@ def test_run_and_pod_names() -> None:
     assert run_name("sync", 1_791_633_610_000) == "sync-1791633610"
     assert run_name("sync", 1_791_633_610_250) == "sync-1791633610250"
     assert run_name("sync", 0) == "sync-0"
-    assert pod_name("sync-1791633610") == "sync-1791633610", "one Pod name per run, whatever the attempt"
+    assert pod_name("sync-1791633610") == "sync-1791633610", "one Pod name per try, whatever the attempt"
+    assert pod_name("sync-1791633610", 1) == "sync-1791633610", "the first try keeps the run's name"
+    assert [pod_name("sync-1791633610", n) for n in (2, 21)] == ["sync-1791633610-r1", "sync-1791633610-r20"]
+    with pytest.raises(ValueError):
+        pod_name("sync-1791633610", 0)
     with pytest.raises(ValueError):
         run_name("sync", -1)
 
 
 def test_longest_names_fit_a_dns_label() -> None:
     """A 40-character job and a millisecond slot still make a valid 63-character label."""
-    longest = pod_name(run_name("j" * 40, 9_999_999_999_999))
+    longest = pod_name(run_name("j" * 40, 9_999_999_999_999), 1 + MAX_RETRIES)
     assert len(longest) <= 63
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", longest)
 
@@ -418,11 +447,12 @@ def test_slot_time() -> None:
 
 
 def test_label_keys() -> None:
-    assert (LABEL_JOB, LABEL_RUN, LABEL_SLOT, LABEL_ATTEMPT) == (
+    assert (LABEL_JOB, LABEL_RUN, LABEL_SLOT, LABEL_ATTEMPT, LABEL_TRY) == (
         "anarchon.io/job",
         "anarchon.io/run",
         "anarchon.io/slot",
         "anarchon.io/attempt",
+        "anarchon.io/try",
     )
     assert ANNOTATION_SCHEDULED_AT == "anarchon.io/scheduled-at"
     assert (LABEL_MANAGED_BY, MANAGED_BY) == ("app.kubernetes.io/managed-by", "anarchon")

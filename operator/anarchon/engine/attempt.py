@@ -5,7 +5,8 @@ the lease is pushed forward every heartbeat. Whatever happens, exactly one of th
 the attempt in the store, always with the attempt's own token:
 
 * handler returns → ``finish(Succeeded)``; raises → ``finish(Failed)``;
-* timeout → the handler is cancelled, ``finish(Failed)``;
+* timeout (of the current try, see ``RunContext.restart_timeout``) → the handler is told to
+  stop, then cancelled, ``finish(Failed)``;
 * handler raises RunInterrupted, or the instance stops → ``release`` (next attempt at once);
 * the store rejects our token (a backup took over, or Replace) → fenced: nothing is written,
   the handler is told to stop and then cancelled.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .backend import ClaimRequest, LeaseBackend
 from .clock import Clock
@@ -63,7 +65,20 @@ class AttemptRunner:
         self.listener = listener
         self._lease_until_ms = lease_until_ms
         self._fenced = asyncio.Event()
+        #: Since when (clock ms) the timeout counts; None while the handler paused it.
+        self._timer_from_ms: int | None = clock.now_ms()
+        self._timer_changed = asyncio.Event()
         ctx.confirm = self.confirm
+        ctx.pause_timeout = self._pause_timeout
+        ctx.restart_timeout = self._restart_timeout
+
+    def _pause_timeout(self) -> None:
+        self._timer_from_ms = None
+        self._timer_changed.set()
+
+    def _restart_timeout(self) -> None:
+        self._timer_from_ms = self.clock.now_ms()
+        self._timer_changed.set()
 
     async def confirm(self) -> bool:
         """Heartbeat now and say whether this attempt still holds the run.
@@ -176,11 +191,8 @@ class AttemptRunner:
         ctx = self.ctx
         fenced_wait = asyncio.create_task(self._fenced.wait())
         stop_wait = asyncio.create_task(ctx.stop.wait())
-        timeout_s = None if self.options.timeout_ms is None else self.options.timeout_ms / 1000
         try:
-            done, _ = await asyncio.wait(
-                {handler_task, fenced_wait, stop_wait}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
+            done = await self._until_timeout({handler_task, fenced_wait, stop_wait})
             if handler_task not in done and not self._fenced.is_set() and not ctx.stop.is_set():
                 ctx.request_stop(TIMEOUT)
             if handler_task not in done:
@@ -197,6 +209,32 @@ class AttemptRunner:
             self.listener.fenced(ctx.job, ctx.slot, ctx.attempt, ctx.stop_reason or FENCED)
             return None
         return await self._record_end(handler_task)
+
+    async def _until_timeout(self, waits: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+        """Wait for the first of ``waits``; an empty set if the timeout ran out first.
+
+        The timer follows the handler's pauses and restarts (one timeout per try of the work),
+        and the engine's clock, so tests can fast-forward it.
+        """
+        timeout_ms = self.options.timeout_ms
+        while True:
+            self._timer_changed.clear()
+            changed = asyncio.create_task(self._timer_changed.wait())
+            expiry = None
+            if timeout_ms is not None and self._timer_from_ms is not None:
+                expiry = asyncio.create_task(self.clock.sleep_until(self._timer_from_ms + timeout_ms))
+            try:
+                done, _ = await asyncio.wait(
+                    {*waits, changed, *([expiry] if expiry else [])}, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                changed.cancel()
+                if expiry is not None:
+                    expiry.cancel()
+            if done & waits:
+                return done & waits
+            if expiry is not None and expiry in done:
+                return set()
 
     async def _record_end(self, task: asyncio.Task[None]) -> RunState | None:
         ctx = self.ctx

@@ -29,6 +29,10 @@ async def _always_yours() -> bool:
     return True
 
 
+def _no_timer() -> None:
+    """Claim-only stores time the handler as a whole: there is no timer to pause or restart."""
+
+
 class RunContext:
     """What a handler learns about the attempt it runs, and how it talks back.
 
@@ -38,6 +42,11 @@ class RunContext:
 
     ``set_alive(False)`` stops the heartbeats without ending the handler: the lease then
     runs out and a backup takes the next attempt. The operator uses it while a Pod is gone.
+
+    The job's timeout bounds one try of the work, and an attempt may hold several (retries
+    after a failure, see :mod:`anarchon.engine.tries`): ``pause_timeout()`` stops the timer
+    while the handler waits out a backoff, ``restart_timeout()`` starts it anew when the next
+    try begins. Without either call the timeout counts from the attempt's start.
     """
 
     def __init__(
@@ -65,6 +74,8 @@ class RunContext:
         self.stop_reason: str | None = None
         self._alive = True
         self.confirm: Callable[[], Awaitable[bool]] = _always_yours
+        self.pause_timeout: Callable[[], None] = _no_timer
+        self.restart_timeout: Callable[[], None] = _no_timer
 
     # ``confirm()``: heartbeat now; False means this attempt was fenced off and must not act.
 

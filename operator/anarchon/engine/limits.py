@@ -54,3 +54,16 @@ MAX_ATTEMPTS: Final = 10
 #: the store on every retry.
 MIN_SLOT_MS: Final = 0
 MAX_SLOT_MS: Final = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+#: Retries of a run whose work failed (``retries.limit``, the operator's ``backoffLimit``). Each
+#: retry is a new Pod after a growing backoff; a workload that failed twenty times in a row will
+#: not be saved by a twenty-first try, and the slot's next run is a better one.
+MAX_RETRIES: Final = 20
+
+#: Shortest backoff before a retry. Below a second a failing workload is relaunched as fast as
+#: the API server takes it: a crash loop, each turn a Pod created, scheduled and torn down.
+MIN_RETRY_BACKOFF_MS: Final = 1_000
+
+#: Longest backoff (``retries.backoff`` and ``retries.maxBackoff``). A retry more than a day
+#: after the failure is a later slot's job, not a retry of this one.
+MAX_RETRY_BACKOFF_MS: Final = 86_400_000

@@ -31,6 +31,8 @@ LABEL_JOB: Final = f"{LABEL_PREFIX}job"
 LABEL_RUN: Final = f"{LABEL_PREFIX}run"
 LABEL_SLOT: Final = f"{LABEL_PREFIX}slot"
 LABEL_ATTEMPT: Final = f"{LABEL_PREFIX}attempt"
+#: The try of the run a Pod is (1 for the first; retries after a failed Pod count up).
+LABEL_TRY: Final = f"{LABEL_PREFIX}try"
 #: On every AnarchonRun and Pod the operator creates, with the value :data:`MANAGED_BY`;
 #: the Pod watch selects by it.
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"

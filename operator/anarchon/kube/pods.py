@@ -23,6 +23,7 @@ from .constants import (
     LABEL_MANAGED_BY,
     LABEL_RUN,
     LABEL_SLOT,
+    LABEL_TRY,
     MANAGED_BY,
     RUN_KIND,
 )
@@ -130,10 +131,24 @@ def _failure_message(status: dict[str, Any]) -> str:
     return f"the Pod failed{': ' + status['message'] if status.get('message') else ''}"
 
 
+def try_of(pod: dict[str, Any]) -> int:
+    """The try a Pod of a run is; 1 for a Pod made before retries existed (it has no such label)."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_TRY) or "1"
+    return int(value) if str(value).isdigit() and int(value) >= 1 else 1
+
+
 def build_pod(
-    spec: JobSpec, *, run: str, pod: str, slot: int, attempt: int, instance: str, run_uid: str | None
+    spec: JobSpec,
+    *,
+    run: str,
+    pod: str,
+    slot: int,
+    attempt: int,
+    try_number: int,
+    instance: str,
+    run_uid: str | None,
 ) -> dict[str, Any]:
-    """The Pod of one attempt, from the job's template; restartPolicy is always Never.
+    """The Pod of one try of a run, from the job's template; restartPolicy is always Never.
 
     Every container, init containers too, is told its run (:mod:`.workload`).
     """
@@ -146,6 +161,7 @@ def build_pod(
             LABEL_RUN: run,
             LABEL_SLOT: str(slot),
             LABEL_ATTEMPT: str(attempt),
+            LABEL_TRY: str(try_number),
             LABEL_MANAGED_BY: MANAGED_BY,
         }
     )
@@ -181,13 +197,15 @@ def _as_dict(kube: Kube, obj: object) -> dict[str, Any]:
 
 
 async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, Any]]:
-    """Every Pod of a run, oldest attempt first."""
+    """Every Pod of a run, oldest try first, and within a try oldest attempt first."""
     listing = await call(
         f"listing Pods of run {namespace}/{run}",
         lambda: kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}"),
     )
     items = [_as_dict(kube, p) for p in listing.items]
-    items.sort(key=lambda p: int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
+    items.sort(
+        key=lambda p: (try_of(p), int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
+    )
     return items
 
 

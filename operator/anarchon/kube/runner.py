@@ -10,9 +10,17 @@ so only while the Pod is Pending or Running. Its rules:
   Pod), a finished one gives the run its outcome, a lost one is deleted and replaced. A Pod
   that is being deleted, or whose node stopped reporting, may still run: it is followed
   until it is gone, and nothing is launched beside it.
-* The outcome comes from the Pod alone: Succeeded → run Succeeded; Failed (exit code ≠ 0,
-  deadline) → run Failed, no retry; lost (deleted, evicted) → attempt Interrupted, the next
-  attempt relaunches.
+* The outcome comes from the Pod alone: Succeeded → run Succeeded; Failed (exit code ≠ 0)
+  → a new Pod, the next *try*, after a backoff, while the job's ``retries`` allow, else run
+  Failed ("failed after N tries"); deadline exceeded (``timeout``, which bounds one try) →
+  run Failed, no retry; lost (deleted, evicted) → attempt Interrupted, the next attempt
+  relaunches the same try's Pod.
+* Tries are not attempts: an attempt is this replica's turn at the run, a try one Pod of
+  it. Each try has its own Pod name (``<run>``, then ``<run>-r1``...) and the run's status
+  says which try is current and when it starts (``try``, ``nextTryTime``), written before
+  its Pod is launched: a backup taking the run over during a backoff launches that try at
+  that time, and one that finds the try's Pod adopts it. A try's Pod is launched only once
+  the Pod before it has failed: never two live Pods of a run.
 * A Pod that stays Pending says why on the run (``status.reason``, condition PodPending, an
   Event); past the job's ``pendingTimeout`` it is deleted and the run fails, not retried.
 * Anything else that ends this handler early (the API server or the store not answering,
@@ -27,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ..engine import RunContext, RunFailed, RunInterrupted
 from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN, TIMEOUT
@@ -46,6 +54,7 @@ from .pods import (
     pending_for_s,
     pods_of_run,
     read_pod,
+    try_of,
     waiting_of,
 )
 from .podwatch import PodWatch, interest_in, wait_for_change
@@ -103,13 +112,21 @@ class PodRunner:
         run_uid = str((run.get("metadata") or {}).get("uid") or "")
         for old in ctx.replaced:
             await self._replace(spec, old.slot, ctx.slot)
-        view = await self._adopt_or_launch(ctx, spec, name, run_uid)
-        await self._changed(spec)
-        try:
-            await self._follow(ctx, spec, name, view)
-        finally:
-            with contextlib.suppress(Exception):
-                await self._changed(spec)
+        status: runs.Status = dict(run.get("status") or {})
+        try_number, existing = await self._current_try(ctx, spec, name, status)
+        next_try_at = runs.next_try_time(status, try_number)
+        while True:
+            view = await self._adopt_or_launch(ctx, spec, name, run_uid, try_number, existing, next_try_at)
+            await self._changed(spec)
+            try:
+                failed = await self._follow(ctx, spec, name, view, try_number)
+            finally:
+                with contextlib.suppress(Exception):
+                    await self._changed(spec)
+            if failed is None:
+                return
+            next_try_at = await self._try_failed(ctx, spec, name, try_number, failed)
+            try_number, existing = try_number + 1, []
 
     async def _changed(self, spec: JobSpec) -> None:
         if self.on_change is not None:
@@ -118,62 +135,136 @@ class PodRunner:
             except Exception as exc:
                 log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
 
-    async def _adopt_or_launch(self, ctx: RunContext, spec: JobSpec, name: str, run_uid: str) -> PodView:
-        existing = await self._pods(ctx, spec, name)
+    async def _adopt_or_launch(
+        self,
+        ctx: RunContext,
+        spec: JobSpec,
+        name: str,
+        run_uid: str,
+        try_number: int,
+        existing: list[PodView],
+        next_try_at: datetime | None,
+    ) -> PodView:
+        """Adopt the Pod of the current try, or launch it (after its backoff, if it waits one)."""
         keep = next((v for v in reversed(existing) if v.fate is not PodFate.LOST), None)
         if keep is not None:
             await _confirm(ctx)
             if keep.fate not in (PodFate.SUCCEEDED, PodFate.FAILED):
                 # A Pod that already ended only gives the run its outcome: the run is not
                 # reopened as Running on the way (it may already say how it ended).
-                await self._start_attempt(ctx, spec, name, keep.name)
+                await self._start_attempt(ctx, spec, name, keep.name, try_number)
             await self.events.about(
                 spec,
                 reason="Adopted",
                 message=f"run {name} attempt {ctx.attempt} on {ctx.instance} adopted Pod {keep.name} ({keep.message})",
             )
             return keep
+        if next_try_at is not None:
+            await self._back_off(ctx, spec, name, try_number, next_try_at)
         await _confirm(ctx)
-        pod = pod_name(name)
+        pod = pod_name(name, try_number)
         for lost in existing:
             # Lost Pods are terminal (evicted, their node shut down): nothing of them runs.
             await delete_pod(self.kube, spec.namespace, lost.name, grace_seconds=0)
-        await self._start_attempt(ctx, spec, name, pod)
+        await self._start_attempt(ctx, spec, name, pod, try_number)
         body = build_pod(
-            spec, run=name, pod=pod, slot=ctx.slot, attempt=ctx.attempt, instance=ctx.instance, run_uid=run_uid or None
+            spec,
+            run=name,
+            pod=pod,
+            slot=ctx.slot,
+            attempt=ctx.attempt,
+            try_number=try_number,
+            instance=ctx.instance,
+            run_uid=run_uid or None,
         )
         while True:
             created, new = await create_pod(self.kube, body)
             if new or fate_of(created).fate is not PodFate.LOST:
                 break
-            # The lost Pod deleted above is not gone yet and holds the run's one name.
+            # The lost Pod deleted above is not gone yet and holds the try's one name.
             await self._until_gone(ctx, spec, pod)
         # AlreadyExists is our own create whose reply was lost, or another attempt's Pod (a
-        # backup launched while we were frozen before our create): either way it is the run's
+        # backup launched while we were frozen before our create): either way it is the try's
         # one Pod, never a second. Now that it exists, check that we still hold the run.
         if not await ctx.confirm():
             await self._fenced_after_launch(ctx, spec, name, pod, new)
             raise _fenced(ctx)
         if new and self.on_launch is not None:
             self.on_launch(ctx)
+        tried = f" try {try_number}" if try_number > 1 else ""
         await self.events.about(
             spec,
             reason="Launched",
-            message=f"run {name} attempt {ctx.attempt} on {ctx.instance}: Pod {pod}",
+            message=f"run {name} attempt {ctx.attempt}{tried} on {ctx.instance}: Pod {pod}",
         )
         return fate_of(created)
 
-    async def _pods(self, ctx: RunContext, spec: JobSpec, name: str) -> list[PodView]:
-        """The run's Pods. Attempt 1 reads its one name (a GET); a later attempt lists by label.
+    async def _current_try(
+        self, ctx: RunContext, spec: JobSpec, name: str, status: runs.Status
+    ) -> tuple[int, list[PodView]]:
+        """The try this attempt takes up, and that try's Pods.
 
-        The listing also finds a Pod that an earlier version named per attempt (``<run>-a<N>``)
-        and that may still run after an upgrade; attempt 1 has no such past. A LIST by label
-        costs the API server a scan of the namespace's Pods; most runs never need it.
+        The run's status says which try is current (written before a retry's Pod is
+        launched), and so do the Pods (each carries its try): whichever is further wins, so a
+        status write lost with its runner never sends the run back to a try that already ran.
+        Attempt 1 of a run has no past: its first try, one GET. A later attempt lists the
+        run's Pods by label (the listing also finds a Pod that an earlier version named per
+        attempt, ``<run>-a<N>``, as try 1); a LIST costs the API server a scan of the
+        namespace's Pods, and most runs never need it.
         """
-        if ctx.attempt > 1:
-            return [fate_of(p) for p in await pods_of_run(self.kube, spec.namespace, name)]
-        pod = await read_pod(self.kube, spec.namespace, pod_name(name))
-        return [] if pod is None else [fate_of(pod)]
+        if ctx.attempt == 1:
+            pod = await read_pod(self.kube, spec.namespace, pod_name(name))
+            return 1, [] if pod is None else [fate_of(pod)]
+        pods = await pods_of_run(self.kube, spec.namespace, name)
+        current = max([int(status.get("try") or 1), *(try_of(p) for p in pods)])
+        return current, [fate_of(p) for p in pods if try_of(p) == current]
+
+    async def _try_failed(self, ctx: RunContext, spec: JobSpec, name: str, try_number: int, view: PodView) -> datetime:
+        """Try ``try_number`` failed and another follows: the run says which and when, before it waits."""
+        wait_ms = spec.retries.backoff_after_ms(try_number)
+        # Whole seconds, as the run's status has it, rounded up: no runner starts the try early.
+        at = datetime.now(UTC) + timedelta(milliseconds=wait_ms)
+        at = at.replace(microsecond=0) + timedelta(seconds=1 if at.microsecond else 0)
+        following = pod_name(name, try_number + 1)
+        await self._write(
+            ctx,
+            spec,
+            name,
+            lambda s: runs.try_failed(
+                s, try_number=try_number, message=view.message, next_try_at=at, next_pod=following
+            ),
+        )
+        await self.events.about(
+            spec,
+            reason="TryFailed",
+            warning=True,
+            message=(
+                f"run {name} try {try_number} of {spec.retries.max_tries} failed: {view.message};"
+                f" try {try_number + 1} (Pod {following}) in {format_duration(wait_ms)}"
+            ),
+        )
+        return at
+
+    async def _back_off(self, ctx: RunContext, spec: JobSpec, name: str, try_number: int, at: datetime) -> None:
+        """Wait until try ``try_number`` may start, holding the run (heartbeating its lease) all along.
+
+        The timeout does not count meanwhile (it bounds a try, and a backoff is no work); it
+        starts anew with the try. Stopped meanwhile, there is no Pod to leave or delete: on
+        shutdown a backup launches the try at the same time; replaced, the run just ends.
+        """
+        ctx.set_alive(True)
+        ctx.pause_timeout()
+        while (left_s := (at - datetime.now(UTC)).total_seconds()) > 0 and not ctx.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stop.wait(), left_s)
+        if ctx.stop.is_set():
+            if ctx.stop_reason == SHUTDOWN:
+                raise RunInterrupted(f"{ctx.instance} stopping in the backoff: a backup launches try {try_number}")
+            if ctx.stop_reason == REPLACED:
+                await end_replaced(self.kube, spec.namespace, name, [], "replaced by a newer run (overlap Replace)")
+                raise RunInterrupted(f"replaced in the backoff before try {try_number}")
+            raise _fenced(ctx)
+        ctx.restart_timeout()
 
     async def _fenced_after_launch(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, new: bool) -> None:
         """Fenced with the run's Pod just created (frozen past the lease between check and create).
@@ -198,12 +289,12 @@ class PodRunner:
             if ctx.stop.is_set():
                 raise _fenced(ctx) if ctx.stop_reason != SHUTDOWN else RunInterrupted(f"{ctx.instance} stopping")
 
-    async def _start_attempt(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
+    async def _start_attempt(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, try_number: int) -> None:
         await self._write(
             ctx,
             spec,
             name,
-            lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod),
+            lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod, try_number=try_number),
         )
 
     async def _write(
@@ -213,13 +304,16 @@ class PodRunner:
         if not await runs.update_status(self.kube, spec.namespace, name, ctx.attempt, change):
             raise RunInterrupted(f"attempt {ctx.attempt}: the run {name} is owned by a later attempt, or gone")
 
-    async def _follow(self, ctx: RunContext, spec: JobSpec, name: str, view: PodView) -> None:
+    async def _follow(
+        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, try_number: int
+    ) -> PodView | None:
+        """Follow the try's Pod to its end; the Pod's view if it failed and another try follows."""
         pod = view.name
         shown: str | None = None  # the reason the run shows for its Pending Pod, if any
         while True:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
-                return
+                return None
             with interest_in(self.pod_watch, spec.namespace, pod) as changed:  # before the read: no change slips by
                 try:
                     view = fate_of(await read_pod(self.kube, spec.namespace, pod))
@@ -235,16 +329,20 @@ class PodRunner:
                     continue
             if view.fate is PodFate.SUCCEEDED:
                 await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
-                return
+                return None
             if view.fate is PodFate.FAILED:
-                await self._end(ctx, spec, name, "Failed", view.message, final=True)
+                # A try that ran past its deadline is not retried: it would most likely hang again.
+                if spec.retries.may_retry(try_number) and not _deadline_exceeded(view):
+                    return view
+                message = view.message if try_number == 1 else f"failed after {try_number} tries: {view.message}"
+                await self._end(ctx, spec, name, "Failed", message, final=True)
                 await self.events.about(
                     spec,
                     reason="RunFailed",
                     warning=True,
-                    message=f"run {name}: {view.message}",
+                    message=f"run {name}: {message}",
                 )
-                raise RunFailed(view.message)
+                raise RunFailed(message)
             # Lost or gone: this attempt is over, the next one relaunches.
             ctx.set_alive(False)
             if view.fate is PodFate.LOST:
@@ -342,7 +440,12 @@ class PodRunner:
             spec,
             name,
             lambda s: runs.end_attempt(
-                s, attempt=ctx.attempt, outcome=outcome, message=message, final=final, reason=reason
+                s,
+                attempt=ctx.attempt,
+                outcome=outcome,
+                message=message,
+                final=final,
+                reason=reason,
             ),
         )
 
@@ -373,32 +476,30 @@ class PodRunner:
 async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], message: str) -> str | None:
     """The run was replaced (final in the store): its live Pods go, its object says how it ended.
 
-    A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as
-    its Pod was. Each delete is conditional on the version of the Pod we read, so a Pod
-    that ends between our read and our delete is not taken for interrupted; and it has no
-    grace period, so the Pod cannot go on to end Succeeded after its run was recorded
-    Interrupted (the kubelet still stops its containers with SIGTERM, then SIGKILL). Returns
-    the Pod's outcome, if one ended. Safe to repeat, and to run on several replicas at once.
+    A Pod that already ended keeps its outcome: the run is then Succeeded or Failed, as its
+    Pod was (the newest Pod, of the run's current try: ``pods`` come oldest try first). Each
+    delete is conditional on the version of the Pod we read, so a Pod that ends between our
+    read and our delete is not taken for interrupted; and it has no grace period, so the Pod
+    cannot go on to end Succeeded after its run was recorded Interrupted (the kubelet still
+    stops its containers with SIGTERM, then SIGKILL). Returns the Pod's outcome, if one
+    ended. Safe to repeat, and to run on several replicas at once.
     """
-    ended: PodView | None = None
+    last: PodView | None = None  # how the newest of them (the current try's) had ended, if it had
     for pod in pods:
-        view = await _stop_pod(kube, namespace, pod)
-        if view is not None:
-            ended = view
-    if ended is not None:
-        outcome, why = str(ended.fate), f"{ended.message} (then replaced by a newer run)"
-        change: Callable[[runs.Status], runs.Status | None] = lambda s: runs.end_attempt(  # noqa: E731
-            s, attempt=int(s.get("attempt") or 1), outcome=outcome, message=why, final=True
-        )
-    else:
-        change = lambda s: (  # noqa: E731
-            None
-            if s.get("finishTime")
-            else {**s, "phase": "Interrupted", "message": message, "finishTime": runs.now_rfc3339()}
-        )
+        last = await _stop_pod(kube, namespace, pod)
+    tried = 0 if last is None else try_of(last.body or {})
+
+    def change(s: runs.Status) -> runs.Status | None:
+        # An earlier try's failed Pod is not the run's outcome: a run replaced while it waited
+        # out a backoff (its next try had no Pod yet) was interrupted, not failed.
+        if last is None or tried < int(s.get("try") or 1):
+            return runs.interrupted(s, message=message)
+        why = f"{last.message} (then replaced by a newer run)"
+        return runs.end_attempt(s, attempt=int(s.get("attempt") or 1), outcome=str(last.fate), message=why, final=True)
+
     # Whatever attempt wrote last: the store has already ended the run.
     await runs.update_status(kube, namespace, name, 10**6, change)
-    return None if ended is None else str(ended.fate)
+    return None if last is None else str(last.fate)
 
 
 async def _stop_pod(kube: Kube, namespace: str, pod: str) -> PodView | None:
@@ -412,6 +513,11 @@ async def _stop_pod(kube: Kube, namespace: str, pod: str) -> PodView | None:
         version = str((view.body.get("metadata") or {}).get("resourceVersion") or "")
         if await delete_pod(kube, namespace, pod, grace_seconds=0, if_version=version or None):
             return None
+
+
+def _deadline_exceeded(view: PodView) -> bool:
+    """The Pod ran past its activeDeadlineSeconds (the job's timeout), rather than exiting non-zero."""
+    return str(((view.body or {}).get("status") or {}).get("reason") or "") == "DeadlineExceeded"
 
 
 async def _confirm(ctx: RunContext) -> None:

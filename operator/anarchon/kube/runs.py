@@ -163,7 +163,18 @@ def pod_started(status: Status, *, attempt: int, message: str) -> Status | None:
     return status
 
 
-def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> Status:
+def rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _close_try(status: Status, try_number: int, outcome: str, message: str, now: str) -> None:
+    for entry in status.get("tries") or []:
+        if int(entry.get("try", 0)) == try_number and entry.get("outcome") == "Running":
+            entry.update(outcome=outcome, finishTime=now, message=message)
+
+
+def start_attempt(status: Status, *, attempt: int, instance: str, pod: str, try_number: int = 1) -> Status:
+    """Attempt ``attempt`` follows ``pod``, the Pod of try ``try_number`` (launched or adopted)."""
     now = now_rfc3339()
     attempts = [a for a in status.get("attempts") or [] if int(a.get("attempt", 0)) != attempt]
     for previous in attempts:
@@ -173,6 +184,14 @@ def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> S
     attempts.append({"attempt": attempt, "instance": instance, "podName": pod, "outcome": "Running", "startTime": now})
     status.update(phase="Running", attempt=attempt, instance=instance, podName=pod, attempts=attempts, message="")
     status.setdefault("startTime", now)
+    tries = list(status.get("tries") or [])
+    entry = next((t for t in tries if int(t.get("try", 0)) == try_number), None)
+    if entry is None:
+        tries.append({"try": try_number, "podName": pod, "outcome": "Running", "startTime": now})
+    else:  # adopted by a later attempt: the same try goes on
+        entry.update(podName=pod, outcome="Running")
+    status.update(tries=tries, **{"try": try_number})
+    status.pop("nextTryTime", None)
     # A new Pod, or one adopted: what held an earlier attempt's Pod says nothing about it yet.
     status.pop("reason", None)
     if "conditions" in status:
@@ -180,10 +199,50 @@ def start_attempt(status: Status, *, attempt: int, instance: str, pod: str) -> S
     return status
 
 
+def try_failed(status: Status, *, try_number: int, message: str, next_try_at: datetime, next_pod: str) -> Status | None:
+    """Try ``try_number`` failed and the run gets another: the next try, and when it starts.
+
+    The run stays Running. ``try`` and ``nextTryTime`` are what a backup that takes the run
+    over during the backoff reads: it launches the next try, at that time, not the failed
+    one again. Written once: a repeat (a lost reply) finds the try already counted.
+    """
+    if int(status.get("try") or 1) > try_number:
+        return None
+    now = now_rfc3339()
+    _close_try(status, try_number, "Failed", message, now)
+    at = rfc3339(next_try_at)
+    status.update(
+        {
+            "try": try_number + 1,
+            "nextTryTime": at,
+            "podName": "",
+            "message": f"try {try_number} failed: {message}; try {try_number + 1} (Pod {next_pod}) at {at}",
+        }
+    )
+    status.pop("reason", None)
+    if any(c.get("type") == POD_PENDING and c.get("status") == "True" for c in status.get("conditions") or []):
+        _pending_condition(status, False, "TryFailed", message)
+    return status
+
+
+def next_try_time(status: Status, try_number: int) -> datetime | None:
+    """When try ``try_number`` may launch its Pod (the backoff after the try before); None: at once."""
+    at = status.get("nextTryTime")
+    if not at or int(status.get("try") or 1) != try_number:
+        return None
+    return datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+
+
 def end_attempt(
     status: Status, *, attempt: int, outcome: str, message: str, final: bool, reason: str | None = None
 ) -> Status:
+    """The attempt ended; ``final``: so did the run, and its current try with it.
+
+    Not final (the Pod was lost), the try stays open: the next attempt takes it up.
+    """
     now = now_rfc3339()
+    if final:
+        _close_try(status, int(status.get("try") or 1), outcome, message, now)
     for entry in status.get("attempts") or []:
         if int(entry.get("attempt", 0)) == attempt:
             entry.update(outcome=outcome, finishTime=now, message=message)
@@ -199,6 +258,16 @@ def end_attempt(
         status["finishTime"] = now
     else:
         status["phase"] = "Interrupted"
+    return status
+
+
+def interrupted(status: Status, *, message: str) -> Status | None:
+    """The store ended the run as Interrupted (replaced by a newer run): unless it ended already."""
+    if status.get("finishTime"):
+        return None
+    now = now_rfc3339()
+    _close_try(status, int(status.get("try") or 1), "Interrupted", message, now)
+    status.update(phase="Interrupted", message=message, finishTime=now)
     return status
 
 

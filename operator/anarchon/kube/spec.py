@@ -29,19 +29,24 @@ from anarchon.engine.job import JobOptions
 from anarchon.engine.limits import (
     MAX_ATTEMPTS,
     MAX_JITTER_MS,
+    MAX_RETRIES,
+    MAX_RETRY_BACKOFF_MS,
     MIN_ATTEMPTS,
     MIN_EVERY_MS,
     MIN_HEARTBEAT_MS,
     MIN_LEASE_HEARTBEATS,
     MIN_PENDING_TIMEOUT_MS,
+    MIN_RETRY_BACKOFF_MS,
     MIN_TIMEOUT_MS,
 )
 from anarchon.engine.model import CatchUp, Overlap
 from anarchon.engine.schedule import Cron, Schedule, cron, every
+from anarchon.engine.tries import NO_RETRIES, Retries
 from anarchon.kube.constants import LABEL_PREFIX
 
 #: Longest AnarchonJob name. Run (and Pod) names are ``<job>-<slot>``: 40 + 1 + 13 digits (a
-#: slot in ms) = 54, within the 63 characters of a DNS label (Pod hostnames).
+#: slot in ms) = 54, and a retry's Pod adds ``-r<n>`` (at most 4 more): 58, within the 63
+#: characters of a DNS label (Pod hostnames).
 MAX_JOB_NAME_LENGTH: Final = 40
 #: Longest duration string; the CRD bounds it too, which keeps the CEL rules' cost estimate low.
 MAX_DURATION_LENGTH: Final = 32
@@ -70,6 +75,8 @@ CRD_DEFAULTS: Final[Mapping[str, Any]] = {
     "overlap": "Skip",
     "catchUp.policy": "None",
     "catchUp.window": "1h",
+    "retries.backoff": "10s",
+    "retries.maxBackoff": "6m",
     "maxAttempts": 3,
     "suspend": False,
     "successfulRunsHistoryLimit": 3,
@@ -108,6 +115,8 @@ class JobSpec:
     failed_history: int
     #: How long an attempt's Pod may stay Pending (from its creation) before the run fails; None: no bound.
     pending_timeout_ms: int | None = None
+    #: New Pods after a failed one (``spec.retries``); none unless asked for.
+    retries: Retries = NO_RETRIES
 
     @property
     def engine_name(self) -> str:
@@ -341,12 +350,41 @@ def _parse_template(spec: Mapping[str, Any], r: _Reader) -> dict[str, Any] | Non
         r.error(
             "spec.template.spec.restartPolicy",
             f"must be Never or unset, got {_show(restart)}: Anarchon forces Never, because a failed"
-            " container fails the run and a retry after an interruption is a new attempt that launches the Pod again",
+            " container fails its Pod, and a retry is a new Pod (spec.retries, or a new attempt after an interruption)",
         )
 
     out_spec: dict[str, Any] = _plain(pod_spec)
     out_spec["restartPolicy"] = "Never"
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": out_spec}
+
+
+def _parse_retries(spec: Mapping[str, Any], r: _Reader) -> Retries | None:
+    """``spec.retries``: absent means no retry; None if it has a problem (recorded)."""
+    retries = r.mapping(spec.get("retries"), "spec.retries")
+    if retries is None:
+        return NO_RETRIES
+    limit = retries.get("limit")
+    if limit is None:
+        r.error("spec.retries.limit", "required: how many new Pods may follow a failed one")
+    else:
+        limit = r.integer(limit, "spec.retries.limit", low=0, high=MAX_RETRIES)
+    low, high = MIN_RETRY_BACKOFF_MS, MAX_RETRY_BACKOFF_MS
+    why = "shorter relaunches a failing Pod in a crash loop; a retry later than that is a later slot's job"
+    backoff = r.duration(
+        _default(retries, "backoff", "retries.backoff"), "spec.retries.backoff", low=low, high=high, why=why
+    )
+    cap = r.duration(
+        _default(retries, "maxBackoff", "retries.maxBackoff"), "spec.retries.maxBackoff", low=low, high=high, why=why
+    )
+    if backoff is not None and cap is not None and cap < backoff:
+        r.error(
+            "spec.retries.maxBackoff",
+            f"must not be shorter than spec.retries.backoff ({format_duration(backoff)}), got {format_duration(cap)}",
+        )
+        return None
+    if limit is None or backoff is None or cap is None:
+        return None
+    return Retries(limit=limit, backoff_ms=backoff, max_backoff_ms=cap)
 
 
 def parse_job(body: Mapping[str, Any]) -> JobSpec:
@@ -363,7 +401,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         r.error(
             "metadata.name",
             f"must be at most {MAX_JOB_NAME_LENGTH} characters, got {len(name)}: Pod names"
-            " <job>-<slot>-a<attempt> must fit in 63",
+            " <job>-<slot>-r<retry> must fit in 63",
         )
         name = None
     namespace = r.required_string(meta.get("namespace"), "metadata.namespace")
@@ -421,6 +459,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     suspend = r.boolean(_default(spec, "suspend"), "spec.suspend")
     successful = r.integer(_default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0)
     failed = r.integer(_default(spec, "failedRunsHistoryLimit"), "spec.failedRunsHistoryLimit", low=0)
+    retries = _parse_retries(spec, r)
     template = _parse_template(spec, r)
 
     if errors:
@@ -429,7 +468,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     assert name is not None and namespace is not None and schedule is not None and template is not None
     assert jitter is not None and heartbeat is not None and overlap is not None and catch_up is not None
     assert window is not None and max_attempts is not None and suspend is not None
-    assert successful is not None and failed is not None
+    assert successful is not None and failed is not None and retries is not None
     options = JobOptions(
         jitter_ms=jitter,
         heartbeat_ms=heartbeat,
@@ -453,6 +492,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         successful_history=successful,
         failed_history=failed,
         pending_timeout_ms=pending_timeout,
+        retries=retries,
     )
 
 
@@ -468,14 +508,17 @@ def run_name(job_name: str, slot_ms: int) -> str:
     return f"{job_name}-{slot_ms // 1000}" if slot_ms % 1000 == 0 else f"{job_name}-{slot_ms}"
 
 
-def pod_name(run_name: str) -> str:
-    """The Pod of a run: the run's own name, whichever attempt launches it.
+def pod_name(run_name: str, try_number: int = 1) -> str:
+    """The Pod of one try of a run: the run's own name for the first, ``<run>-r<n>`` for retry n.
 
-    One name per run makes the API server the last fence: a runner that froze between its
-    last lease check and its create, long enough for a backup to launch, gets AlreadyExists
-    and adopts that Pod; it can never start a second one beside it.
+    One name per try, whichever attempt launches it, makes the API server the last fence: a
+    runner that froze between its last lease check and its create, long enough for a backup
+    to launch, gets AlreadyExists and adopts that Pod; it can never start a second one beside
+    it. A retry's Pod is a new Pod (the one before it failed and stays, with its logs).
     """
-    return run_name
+    if try_number < 1:
+        raise ValueError(f"tries count from 1, got {try_number}")
+    return run_name if try_number == 1 else f"{run_name}-r{try_number - 1}"
 
 
 def engine_key(namespace: str, name: str, uid: str) -> str:
