@@ -19,7 +19,10 @@ def run_pod(postgres_url: str, attempt: int) -> subprocess.CompletedProcess[str]
     """The example's container command, with the environment the Pod of ``attempt`` would get."""
     job = yaml.safe_load((EXAMPLES / "fenced-writes.yaml").read_text())
     container = job["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in run_env(job="fenced-writes", run="r", slot_ms=SLOT, attempt=attempt)}
+    env = {
+        e["name"]: e["value"]
+        for e in run_env(job="fenced-writes", run="r", slot_ms=SLOT, attempt=attempt, try_number=1)
+    }
     return subprocess.run(
         container["command"],
         env={"PATH": "/usr/bin:/bin", "DATABASE_URL": postgres_url, **env},

@@ -42,6 +42,7 @@ def test_the_pod_knows_its_run_and_a_relaunched_pod_has_a_greater_token(
         "ANARCHON_SLOT": "2027-01-15T08:00:00Z",
         "ANARCHON_SLOT_MS": str(SLOT),
         "ANARCHON_ATTEMPT": "1",
+        "ANARCHON_TRY": "1",
     }
     assert token == SLOT * 10_000 + 1
     assert env_of(first, "init")["ANARCHON_RUN"] == name
@@ -51,6 +52,7 @@ def test_the_pod_knows_its_run_and_a_relaunched_pod_has_a_greater_token(
         "anarchon.io/run": name,
         "anarchon.io/slot": str(SLOT),
         "anarchon.io/attempt": "1",
+        "anarchon.io/try": "1",
     }
 
     # The Pod is lost: the next attempt launches it again, under the same name, with a greater token.

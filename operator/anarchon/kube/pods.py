@@ -182,7 +182,7 @@ def build_pod(
         ]
     pod_spec = dict(template.get("spec") or {})
     pod_spec["restartPolicy"] = "Never"
-    env = run_env(job=spec.name, run=run, slot_ms=slot, attempt=attempt)
+    env = run_env(job=spec.name, run=run, slot_ms=slot, attempt=attempt, try_number=try_number)
     for key in ("initContainers", "containers"):
         if pod_spec.get(key):
             pod_spec[key] = [with_run_env(c, env) for c in pod_spec[key]]

@@ -25,8 +25,10 @@ ENV_SLOT: Final = "ANARCHON_SLOT"
 ENV_SLOT_MS: Final = "ANARCHON_SLOT_MS"
 #: The attempt that launched this Pod (1 for the first Pod of a run).
 ENV_ATTEMPT: Final = "ANARCHON_ATTEMPT"
+#: The try this Pod is (1, then 2, 3, ... for retries after a failed Pod: ``spec.retries``).
+ENV_TRY: Final = "ANARCHON_TRY"
 ENV_FENCING_TOKEN: Final = "ANARCHON_FENCING_TOKEN"
-NAMES: Final = (ENV_JOB, ENV_RUN, ENV_SLOT, ENV_SLOT_MS, ENV_ATTEMPT, ENV_FENCING_TOKEN)
+NAMES: Final = (ENV_JOB, ENV_RUN, ENV_SLOT, ENV_SLOT_MS, ENV_ATTEMPT, ENV_TRY, ENV_FENCING_TOKEN)
 
 #: The token is ``slot_ms * ATTEMPT_SPAN + attempt``. With the largest slot (the end of year
 #: 9999, about 2.5e14 ms) that is about 2.5e18: a signed 64-bit integer (PostgreSQL ``bigint``,
@@ -45,13 +47,15 @@ def fencing_token(slot_ms: int, attempt: int) -> int:
     same run carries a greater attempt, hence a greater token, unless its launcher was
     already fenced off, in which case its token is the smaller one and its writes are the
     ones refused. Slots come first, so the token also grows from one run of a job to the next.
+    The tries of one attempt (``spec.retries``) share its token: a try's Pod is launched only
+    once the failed try's Pod has ended, its containers exited, so two tries never write at once.
     The secret attempt token of the store (:func:`anarchon.engine.model.new_token`) is random
     and never leaves the operator; this one is an ordering, not a secret.
     """
     return slot_ms * ATTEMPT_SPAN + attempt
 
 
-def run_env(*, job: str, run: str, slot_ms: int, attempt: int) -> list[dict[str, str]]:
+def run_env(*, job: str, run: str, slot_ms: int, attempt: int, try_number: int) -> list[dict[str, str]]:
     """The environment variables every container of the Pod gets."""
     values = {
         ENV_JOB: job,
@@ -59,6 +63,7 @@ def run_env(*, job: str, run: str, slot_ms: int, attempt: int) -> list[dict[str,
         ENV_SLOT: slot_time(slot_ms),
         ENV_SLOT_MS: str(slot_ms),
         ENV_ATTEMPT: str(attempt),
+        ENV_TRY: str(try_number),
         ENV_FENCING_TOKEN: str(fencing_token(slot_ms, attempt)),
     }
     return [{"name": name, "value": value} for name, value in values.items()]
