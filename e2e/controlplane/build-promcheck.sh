@@ -20,32 +20,7 @@ key="$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)"
 cache_root="${ANARCHON_CACHE:-$HOME/.cache/anarchon}"
 bin_dir="$cache_root/promcheck/${key}/bin"
 
-if [ "${1:-}" = "--print-bin-dir" ]; then
-  echo "$bin_dir"
-  exit 0
-fi
-
-if [ -x "$bin_dir/promcheck" ]; then
-  echo "build-promcheck.sh: promcheck present in $bin_dir"
-  echo "$bin_dir"
-  exit 0
-fi
-
-if ! command -v go >/dev/null 2>&1; then
-  cat >&2 <<MSG
-build-promcheck.sh: ERROR: the Go toolchain ('go') is not installed or not on PATH.
-  promcheck is built from Prometheus' packages on the Go module proxy.
-  Install Go, then run: bash e2e/controlplane/build-promcheck.sh
-MSG
-  exit 2
-fi
-
-start=$(date +%s)
-mkdir -p "$bin_dir"
-tmp="$(mktemp -d "$bin_dir/../tmp.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" GOTOOLCHAIN=local
-(cd "$src" && go build -trimpath -ldflags="-s -w" -o "$tmp/promcheck" .)
-mv -f "$tmp/promcheck" "$bin_dir/promcheck"
-echo "build-promcheck.sh: promcheck built in $(( $(date +%s) - start ))s"
-echo "$bin_dir"
+source "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
+gotool_cached promcheck "$bin_dir" "${1:-}"
+build() { cd "$src" && go build -trimpath -ldflags="-s -w" -o "$tmp/promcheck" .; }
+gotool_build promcheck "$bin_dir" build

@@ -22,34 +22,13 @@ TOXIPROXY_VERSION="v2.12.0"
 cache_root="${ANARCHON_CACHE:-$HOME/.cache/anarchon}"
 bin_dir="$cache_root/toxiproxy/${TOXIPROXY_VERSION}/bin"
 
-if [ "${1:-}" = "--print-bin-dir" ]; then
-  echo "$bin_dir"
-  exit 0
-fi
-
-if [ -x "$bin_dir/toxiproxy-server" ]; then
-  echo "build-toxiproxy.sh: toxiproxy-server ${TOXIPROXY_VERSION} present in $bin_dir"
-  echo "$bin_dir"
-  exit 0
-fi
-
-if ! command -v go >/dev/null 2>&1; then
-  cat >&2 <<MSG
-build-toxiproxy.sh: ERROR: the Go toolchain ('go') is not installed or not on PATH.
-  toxiproxy-server ${TOXIPROXY_VERSION} is built from the Go module proxy.
-  Install Go, then run: bash e2e/controlplane/build-toxiproxy.sh
-MSG
-  exit 2
-fi
-
-start=$(date +%s)
-mkdir -p "$bin_dir"
-tmp="$(mktemp -d "$bin_dir/../tmp.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-export CGO_ENABLED=0 GOFLAGS="-buildvcs=false" GOTOOLCHAIN=local
-# The module's own version variable, so that `toxiproxy-server -version` and /version are honest.
-ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}"
-GOBIN="$tmp" go install -trimpath -ldflags="$ldflags" "github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"
-mv -f "$tmp/server" "$bin_dir/toxiproxy-server"
-echo "build-toxiproxy.sh: toxiproxy-server ${TOXIPROXY_VERSION} built in $(( $(date +%s) - start ))s"
-echo "$bin_dir"
+source "$(dirname "${BASH_SOURCE[0]}")/gotool.sh"
+gotool_cached toxiproxy-server "$bin_dir" "${1:-}"
+build() {
+  # The module's own version variable, so that `toxiproxy-server -version` and /version are honest.
+  local ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}"
+  GOBIN="$tmp" GOFLAGS=-buildvcs=false go install -trimpath -ldflags="$ldflags" \
+    "github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"
+  mv "$tmp/server" "$tmp/toxiproxy-server"
+}
+gotool_build toxiproxy-server "$bin_dir" build
