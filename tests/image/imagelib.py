@@ -120,3 +120,17 @@ def build_image(tag: str, base: str, secrets_dir: Path) -> Build:
 
 def image_size_mb(tag: str) -> float:
     return int(docker("image", "inspect", "--format", "{{.Size}}", tag).stdout) / 1e6
+
+
+def standin_pause(base: str) -> str:
+    """A sandbox ("pause") image for the real node's containerd, on the stand-in base: a shell that
+    sleeps until SIGTERM/SIGINT and then exits 0, as registry.k8s.io/pause does (no registry here)."""
+    tag = base.replace("/python:", "/pause:", 1)
+    if docker("image", "inspect", tag, check=False).returncode == 0:
+        return tag
+    dockerfile = f'FROM {base}\nCMD ["sh", "-c", "trap \'exit 0\' TERM INT; while :; do sleep 3600 & wait $!; done"]\n'
+    res = subprocess.run(
+        [DOCKER, "build", "-t", tag, "-"], input=dockerfile, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert res.returncode == 0, f"building {tag} failed:\n{res.stderr[-3000:]}"
+    return tag
