@@ -73,7 +73,7 @@ class RealNode:
         for sub in ("cni-conf", "cni-bin", "kubelet", "pod-logs", "certs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self._start_containerd(deadline)
-        self._import_images()
+        self.import_images(self.images)
         self._write_kubelet_files()
         kubelet = self.cp._spawn(
             "kubelet",
@@ -138,14 +138,14 @@ state = "{self.dir / "state"}"
             return False
         return True
 
-    def _import_images(self) -> None:
+    def import_images(self, images: Sequence[str]) -> None:
         """``docker save`` → ``ctr images import``: no registry is needed, and none is asked."""
         archive = self.dir / "images.tar"
         res = subprocess.run(
-            ["/usr/bin/docker", "save", "-o", str(archive), *self.images], capture_output=True, text=True, timeout=600
+            ["/usr/bin/docker", "save", "-o", str(archive), *images], capture_output=True, text=True, timeout=600
         )
         if res.returncode != 0:
-            raise ControlPlaneError(f"docker save {' '.join(self.images)} failed: {res.stderr.strip()}")
+            raise ControlPlaneError(f"docker save {' '.join(images)} failed: {res.stderr.strip()}")
         self._ctr("images", "import", str(archive))
         archive.unlink()
 

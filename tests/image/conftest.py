@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.image.imagelib import Build, build_image, engine_or_fail, image_size_mb, standin_base
@@ -33,3 +35,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The image's size and build times, so CI logs show them."""
     for line in _report:
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def image_on_real_node(real_node: str, operator_image: str, control_plane: Any) -> str:
+    """The operator image, imported into the real node's containerd (no registry to pull it from)."""
+    control_plane.real_node.import_images([operator_image])
+    return operator_image

@@ -154,33 +154,6 @@ class Replicas:
                     proc.kill()
 
 
-@pytest.fixture(scope="session")
-def real_node(control_plane: Any) -> Any:
-    """The real node (kubelet + containerd, e2e/controlplane/realnode.py) beside the KWOK ones, with the
-    stand-in base image (tests/image) imported as the workload image; returns that image's name.
-
-    Started once, on first use, on the session's control plane; tainted, so only Pods that ask for it
-    (``realnode.pod_spec_for_real_node()``) land on it. Without Docker it fails in CI, like tests/image.
-    """
-    from tests.image.imagelib import engine_or_fail, standin_base, standin_pause
-
-    engine_or_fail()
-    base = standin_base()
-    if control_plane.real_node is None:
-        control_plane.add_real_node(pause_image=standin_pause(base), images=[base])
-        _real_node_started.append(control_plane.real_node.start_seconds)
-    return base
-
-
-_real_node_started: list[float] = []
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The real node's start time, so CI logs show it."""
-    for seconds in _real_node_started:
-        terminalreporter.write_line(f"real node (kubelet + containerd): Ready {seconds:.1f}s after start")
-
-
 @pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of each real lease store in turn, for tests that must hold on all of them."""

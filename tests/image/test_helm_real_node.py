@@ -1,0 +1,73 @@
+"""`helm install` of the chart with the image built by this suite, on the real node: the operator Pod
+becomes Ready through the chart's own probes, with the chart's RBAC and security context, and runs an
+AnarchonJob whose workload is a real container.
+
+The cluster has no Pod network (host network only) and no kube-proxy: the chart's ``hostNetwork``
+value, and ``operator.extraEnv`` pointing the in-cluster client at the API server on 127.0.0.1. One
+replica: host-network replicas on one node would collide on their ports. The store is a real Redis on
+127.0.0.1 (tests/servers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from controlplane import free_port
+from realnode import REAL_NODE_LABEL, REAL_NODE_TAINT
+
+from tests.chart.chartlib import CHART, helm
+from tests.operator.conftest import Cluster
+from tests.operator.test_real_node import real_job
+
+
+def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
+    control_plane: Any, namespace: str, image_on_real_node: str, real_node: str, redis_url: str, tmp_path: Path
+) -> None:
+    repository, tag = image_on_real_node.rsplit(":", 1)
+    api = urlsplit(control_plane.server)
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "replicaCount": 1,
+        "podDisruptionBudget": {"enabled": False},
+        "watchNamespaces": [namespace],
+        "store": {"type": "redis", "url": redis_url},
+        "hostNetwork": True,
+        "metrics": {"port": free_port()},
+        "health": {"port": free_port()},
+        "nodeSelector": {REAL_NODE_LABEL: "true"},
+        "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "operator": {
+            "extraEnv": [
+                {"name": "KUBERNETES_SERVICE_HOST", "value": api.hostname},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": str(api.port)},
+            ]
+        },
+    }
+    values_file = tmp_path / "values.json"
+    values_file.write_text(json.dumps(values))
+    kubeconfig = str(control_plane.kubeconfig)
+    helm("install", "anarchon", str(CHART), "--kubeconfig", kubeconfig, "-n", namespace, "-f", str(values_file))
+    cluster = Cluster(control_plane, namespace)
+    try:
+        # Ready through the chart's startup, liveness and readiness probes (the kubelet's own HTTP checks).
+        rollout = cluster.kubectl("rollout", "status", "deployment/anarchon", "--timeout=240s", check=False)
+        (pod,) = cluster.pods("app.kubernetes.io/name=anarchon")
+        assert rollout.returncode == 0, f"{rollout.stderr}\n{json.dumps(pod.get('status'), indent=1)[-3000:]}"
+        assert pod["spec"]["nodeName"] == control_plane.real_node.name
+        (state,) = pod["status"]["containerStatuses"]
+        assert state["ready"] and state["restartCount"] == 0, state
+
+        # The installed operator runs jobs whose workloads are real containers (image: the stand-in base).
+        cluster.apply(real_job("ok", real_node, "exit 0"))
+        cluster.apply(real_job("three", real_node, "exit 3"))
+        for job in ("ok", "three"):
+            cluster.kubectl("annotate", "--overwrite", "anarchonjob", job, "anarchon.io/trigger=1800000000000")
+        cluster.wait(lambda: cluster.phases("ok")["Succeeded"] == 1, timeout=120, what="the exit-0 run to succeed")
+        cluster.wait(lambda: cluster.phases("three")["Failed"] == 1, timeout=120, what="the exit-3 run to fail")
+        logs = cluster.kubectl("logs", pod["metadata"]["name"], check=False).stdout
+        assert '"level": "ERROR"' not in logs and "Forbidden" not in logs, logs[-3000:]
+    finally:
+        helm("uninstall", "anarchon", "--kubeconfig", kubeconfig, "-n", namespace, "--wait", check=False)
