@@ -19,21 +19,20 @@ from controlplane import free_port
 from realnode import REAL_NODE_LABEL, REAL_NODE_TAINT
 
 from tests.chart.chartlib import CHART, helm
-from tests.operator.conftest import Cluster
+from tests.operator.conftest import Cluster, Replicas
 from tests.operator.test_real_node import real_job
 
 
-def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
-    control_plane: Any, namespace: str, image_on_real_node: str, real_node: str, redis_url: str, tmp_path: Path
-) -> None:
-    repository, tag = image_on_real_node.rsplit(":", 1)
+def chart_values(control_plane: Any, namespace: str, image: str, store_url: str) -> dict[str, Any]:
+    """One host-network replica on the real node, watching ``namespace``, on the given store."""
+    repository, tag = image.rsplit(":", 1)
     api = urlsplit(control_plane.server)
-    values = {
+    return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "replicaCount": 1,
         "podDisruptionBudget": {"enabled": False},
         "watchNamespaces": [namespace],
-        "store": {"type": "redis", "url": redis_url},
+        "store": {"type": "redis", "url": store_url},
         "hostNetwork": True,
         "metrics": {"port": free_port()},
         "health": {"port": free_port()},
@@ -46,6 +45,12 @@ def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
             ]
         },
     }
+
+
+def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
+    control_plane: Any, namespace: str, image_on_real_node: str, real_node: str, redis_url: str, tmp_path: Path
+) -> None:
+    values = chart_values(control_plane, namespace, image_on_real_node, redis_url)
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     kubeconfig = str(control_plane.kubeconfig)
@@ -95,3 +100,40 @@ def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
     ).stdout
     assert not cluster_wide.strip(), cluster_wide
     assert {j["metadata"]["name"] for j in cluster.get("anarchonjobs")["items"]} == {"ok", "three"}
+
+
+def test_deleting_the_operator_pod_hands_its_running_run_to_another_replica(
+    control_plane: Any, namespace: str, image_on_real_node: str, real_node: str, redis_url: str, tmp_path: Path
+) -> None:
+    """`kubectl delete pod` of the installed replica while it runs a long run: the run is adopted (same
+    workload Pod, still running its real container), not relaunched. The other replica is a process
+    beside the installed one (a second host-network replica would collide with its ports)."""
+    values_file = tmp_path / "values.json"
+    values_file.write_text(json.dumps(chart_values(control_plane, namespace, image_on_real_node, redis_url)))
+    kubeconfig = str(control_plane.kubeconfig)
+    helm("install", "anarchon", str(CHART), "--kubeconfig", kubeconfig, "-n", namespace, "-f", str(values_file))
+    cluster = Cluster(control_plane, namespace)
+    beside = Replicas(control_plane, namespace, redis_url, tmp_path)
+    try:
+        rollout = cluster.kubectl("rollout", "status", "deployment/anarchon", "--timeout=240s", check=False)
+        assert rollout.returncode == 0, rollout.stderr
+        (operator_pod,) = cluster.pods("app.kubernetes.io/name=anarchon")
+        cluster.apply(real_job("long", real_node, "sleep 25"))
+        run = cluster.trigger_running("long")
+        assert run["status"]["instance"] == operator_pod["metadata"]["name"]  # the only replica so far
+        beside.start("beside-0")
+        cluster.kubectl("delete", "pod", operator_pod["metadata"]["name"], "--wait=false")
+        taken = cluster.wait(
+            lambda: [r for r in cluster.runs("long") if (r.get("status") or {}).get("attempt", 0) >= 2],
+            timeout=90,
+            what="the run adopted by another replica",
+        )[0]
+        assert taken["status"]["instance"] != operator_pod["metadata"]["name"]
+        assert taken["status"]["podName"] == run["status"]["podName"], "the running workload must be adopted"
+        cluster.wait(lambda: cluster.phases("long")["Succeeded"] == 1, timeout=90, what="the adopted run to succeed")
+        (workload,) = cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
+        (state,) = workload["status"]["containerStatuses"]
+        assert state["restartCount"] == 0 and state["state"]["terminated"]["exitCode"] == 0
+    finally:
+        beside.stop_all()
+        helm("uninstall", "anarchon", "--kubeconfig", kubeconfig, "-n", namespace, "--wait", check=False)
