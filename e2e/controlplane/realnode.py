@@ -9,7 +9,8 @@ How it is kept apart from everything else on the machine:
   config, socket, root and state under the control plane's run dir. This sandbox lacks
   CAP_SYS_RESOURCE, hence ``restrict_oom_score_adj``.
 - No registry answers here: the images Pods use are imported into it from Docker (``images``). Its
-  sandbox ("pause") image is one of them.
+  sandbox ("pause") image is one of them. Any other image is pulled from 127.0.0.1, where nothing
+  answers: the Pod shows ErrImagePull / ImagePullBackOff, as with an image that does not exist.
 - Network: a loopback-only CNI config makes the runtime network-ready; Pods must use the host network
   (there is no bridge and no kube-proxy; in-cluster clients need KUBERNETES_SERVICE_HOST=127.0.0.1).
 - The node carries a taint and a label (:data:`REAL_NODE_TAINT`, :data:`REAL_NODE_LABEL`): ordinary test
@@ -43,6 +44,8 @@ NODE_NAME = "localhost"
 REAL_NODE_TAINT = "anarchon.io/real-node"
 REAL_NODE_LABEL = "anarchon.io/real-node"
 CONTAINERD = "/usr/bin/containerd"
+#: A port nothing listens on (TCP port 1, tcpmux, is unassigned in practice): where image pulls go.
+CLOSED_PORT = 1
 CTR = "/usr/bin/ctr"
 
 
@@ -114,7 +117,18 @@ state = "{self.dir / "state"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{self.dir / "cni-bin"}"
     conf_dir = "{self.dir / "cni-conf"}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{self.dir / "registries"}"
 """
+        # An image that was not imported is pulled from docker.io: send that to a closed port on
+        # loopback, so the pull fails here (ErrImagePull) without any traffic leaving the machine.
+        hosts = self.dir / "registries" / "docker.io"
+        hosts.mkdir(parents=True, exist_ok=True)
+        # (containerd 1.6 refuses a hosts.toml without a host table: "invalid `host` tree".)
+        closed = f"http://127.0.0.1:{CLOSED_PORT}"
+        (hosts / "hosts.toml").write_text(
+            f'server = "{closed}"\n\n[host."{closed}"]\n  capabilities = ["pull", "resolve"]\n'
+        )
         (self.dir / "containerd.toml").write_text(config)
         comp = self.cp._spawn("containerd", [CONTAINERD, f"--config={self.dir / 'containerd.toml'}"])
         self.cp._poll(deadline, comp, "containerd's socket", self._containerd_answers)

@@ -44,3 +44,30 @@ def test_containers_really_run_and_their_exit_code_decides_the_run(
     ok_pod = cluster.pods(f"anarchon.io/run={cluster.runs('ok')[0]['metadata']['name']}")[0]["metadata"]["name"]
     logs = cluster.kubectl("logs", ok_pod, check=False)
     assert "hello from a real container" in logs.stdout, logs.stderr
+
+
+def test_an_image_that_does_not_exist_shows_on_the_run_and_fails_it_at_pending_timeout(
+    cluster: Cluster, replicas_factory, real_node: str, tmp_path: Path
+) -> None:
+    """A real pull failure (the kubelet's ErrImagePull, then ImagePullBackOff), not a simulated one: the
+    run says so while it waits, and pendingTimeout bounds the wait (a failure, no retry)."""
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    replicas.start("replica-0")
+    job = real_job("noimage", "anarchon-standin/does-not-exist:1", "exit 0")
+    job["spec"]["pendingTimeout"] = "15s"
+    cluster.apply(job)
+    cluster.kubectl("annotate", "--overwrite", "anarchonjob", "noimage", "anarchon.io/trigger=1800000000000")
+    pull_failures = {"ErrImagePull", "ImagePullBackOff"}
+    waiting = cluster.wait(
+        lambda: [r for r in cluster.runs("noimage") if (r.get("status") or {}).get("reason") in pull_failures],
+        timeout=60,
+        what="the run to show the pull failure",
+    )[0]["status"]
+    assert waiting["phase"] == "Running" and "does-not-exist" in waiting["message"], waiting
+    failed = cluster.wait(
+        lambda: [r for r in cluster.runs("noimage") if (r.get("status") or {}).get("phase") == "Failed"],
+        timeout=60,
+        what="the run to fail at pendingTimeout",
+    )[0]["status"]
+    assert failed["reason"] == "PendingTimeout" and failed["attempt"] == 1, failed
+    assert any(reason in failed["message"] for reason in pull_failures), failed
