@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 from controlplane import free_port
 from realnode import REAL_NODE_LABEL, REAL_NODE_TAINT
 
@@ -102,12 +103,20 @@ def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
     assert {j["metadata"]["name"] for j in cluster.get("anarchonjobs")["items"]} == {"ok", "three"}
 
 
-def test_deleting_the_operator_pod_hands_its_running_run_to_another_replica(
-    control_plane: Any, namespace: str, image_on_real_node: str, real_node: str, redis_url: str, tmp_path: Path
+@pytest.mark.parametrize("how", ["kubectl delete pod", "kubectl rollout restart"])
+def test_stopping_the_operator_pod_hands_its_running_run_to_another_replica(
+    how: str,
+    control_plane: Any,
+    namespace: str,
+    image_on_real_node: str,
+    real_node: str,
+    redis_url: str,
+    tmp_path: Path,
 ) -> None:
-    """`kubectl delete pod` of the installed replica while it runs a long run: the run is adopted (same
-    workload Pod, still running its real container), not relaunched. The other replica is a process
-    beside the installed one (a second host-network replica would collide with its ports)."""
+    """The installed replica runs a long run and is stopped (its Pod deleted, or the Deployment
+    restarted): the run is adopted (same workload Pod, still running its real container), not
+    relaunched. The other replica is a process beside the installed one (a second host-network replica
+    would collide with its ports)."""
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(chart_values(control_plane, namespace, image_on_real_node, redis_url)))
     kubeconfig = str(control_plane.kubeconfig)
@@ -122,7 +131,10 @@ def test_deleting_the_operator_pod_hands_its_running_run_to_another_replica(
         run = cluster.trigger_running("long")
         assert run["status"]["instance"] == operator_pod["metadata"]["name"]  # the only replica so far
         beside.start("beside-0")
-        cluster.kubectl("delete", "pod", operator_pod["metadata"]["name"], "--wait=false")
+        if how == "kubectl delete pod":
+            cluster.kubectl("delete", "pod", operator_pod["metadata"]["name"], "--wait=false")
+        else:
+            cluster.kubectl("rollout", "restart", "deployment/anarchon")
         taken = cluster.wait(
             lambda: [r for r in cluster.runs("long") if (r.get("status") or {}).get("attempt", 0) >= 2],
             timeout=90,
@@ -134,6 +146,10 @@ def test_deleting_the_operator_pod_hands_its_running_run_to_another_replica(
         (workload,) = cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
         (state,) = workload["status"]["containerStatuses"]
         assert state["restartCount"] == 0 and state["state"]["terminated"]["exitCode"] == 0
+        # The Deployment has its replica back (a new Pod; with the host network it may have had to wait
+        # for the old one to free its ports).
+        rollout = cluster.kubectl("rollout", "status", "deployment/anarchon", "--timeout=240s", check=False)
+        assert rollout.returncode == 0, rollout.stderr
     finally:
         beside.stop_all()
         helm("uninstall", "anarchon", "--kubeconfig", kubeconfig, "-n", namespace, "--wait", check=False)
