@@ -1,9 +1,17 @@
-# syntax=docker/dockerfile:1
-#
 # The Anarchon operator image.
 #
-#   docker build -t anarchon:dev .
+#   DOCKER_BUILDKIT=1 docker build -t anarchon:dev .
 #   docker run --rm anarchon:dev --help
+#
+# BuildKit's built-in Dockerfile frontend is enough (RUN --mount); there is no `# syntax=` line, so a
+# build never fetches a frontend image from a registry.
+#
+# Build arguments and secrets, for builds where the defaults do not fit:
+#   --build-arg BASE=...            another Python 3.11 base (tests/image builds on a local stand-in
+#                                   made from Debian's packages, e2e/image/standin-base.sh)
+#   --secret id=pip.conf,src=...    a pip configuration for both stages (index, proxy, CA path), and
+#   --secret id=pip-ca,src=...      a CA bundle it can name as /run/secrets/pip-ca: how pip reaches
+#                                   the package index behind a proxy. Neither is left in a layer.
 #
 # Two stages: the builder turns the repository into a wheel; the final stage installs that wheel with
 # its [operator] extras into a virtualenv, without build tools, caches or the source tree.
@@ -13,17 +21,19 @@
 # Runs as uid/gid 10001 with a read-only root filesystem: the only writable paths are /tmp and
 # /var/lib/anarchon (the default SQLite store), which the Helm chart mounts as volumes.
 
-ARG PYTHON_VERSION=3.11
+ARG BASE=python:3.11-slim
 
-FROM python:${PYTHON_VERSION}-slim AS builder
+FROM ${BASE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN pip wheel --no-deps --wheel-dir /wheels .
+RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=pip-ca \
+    pip wheel --no-deps --wheel-dir /wheels .
 
-FROM python:${PYTHON_VERSION}-slim
+FROM ${BASE}
 LABEL org.opencontainers.image.title="anarchon" \
       org.opencontainers.image.description="Kubernetes operator for scheduled workloads: all-active replicas, one winner per slot, leases, takeover, fencing" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -34,12 +44,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     VIRTUAL_ENV=/opt/anarchon \
     PATH=/opt/anarchon/bin:$PATH
 # The wheel comes in through a bind mount, so it is not left in a layer. The bytecode is compiled at
-# build time (nothing is written at run time), then pip itself is removed from the venv.
+# build time (nothing is written at run time), then setuptools and pip are removed from the venv:
+# nothing uses them at run time, and scanners flag the versions a base brings.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=pip-ca \
     python -m venv /opt/anarchon \
  && /opt/anarchon/bin/pip install --no-compile "$(ls /wheels/anarchon-*.whl)[operator]" \
  && /opt/anarchon/bin/python -m compileall -q -j 0 /opt/anarchon/lib \
- && /opt/anarchon/bin/pip uninstall -y pip \
+ && /opt/anarchon/bin/pip uninstall -y setuptools pip \
  && groupadd --system --gid 10001 anarchon \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/anarchon \
         --shell /usr/sbin/nologin anarchon \

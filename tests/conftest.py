@@ -23,4 +23,4 @@ if importlib.util.find_spec("tests.faults.toxiproxy") is not None:
         globals()[_fixture] = getattr(_faults, _fixture)
 
 # The control plane (etcd, kube-apiserver, KWOK...) is one per session for every test dir.
-from tests.k8s.fixtures import control_plane, kube, namespace, pytest_terminal_summary  # noqa: E402, F401
+from tests.k8s.fixtures import control_plane, kube, namespace, pytest_terminal_summary, real_node  # noqa: E402, F401

@@ -21,6 +21,8 @@ command -v nats-server >/dev/null || need+=(nats-server)
 command -v rabbitmq-server >/dev/null || need+=(rabbitmq-server)
 command -v openssl >/dev/null || need+=(openssl)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
+command -v dockerd >/dev/null || need+=(docker.io)          # the image tests (tests/image)
+command -v debootstrap >/dev/null || need+=(debootstrap)    # their stand-in base image
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -40,6 +42,16 @@ fi
 bash e2e/controlplane/build.sh
 bash e2e/controlplane/build-toxiproxy.sh  # TCP faults in front of the stores (tests/faults)
 bash e2e/controlplane/build-promcheck.sh   # promtool checks of the chart's alert rules and dashboard (tests/chart)
+
+say "docker engine and the image's stand-in base"
+# tests/image builds the Dockerfile on a stand-in for python:3.11-slim made from Debian's packages
+# (no registry answers here; ~80 s to several minutes cold, cached under ~/.cache/anarchon). Without
+# an engine the image tests fail in CI (CI=true) and say why.
+if bash e2e/image/dockerd.sh; then
+  bash e2e/image/standin-base.sh
+else
+  echo "no Docker engine: tests/image will fail in CI (CI=true) or be skipped elsewhere" >&2
+fi
 
 say "lint and types"
 # A lint or type error fails the run, but only after the tests ran: both reports are useful.

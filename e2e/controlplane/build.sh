@@ -41,7 +41,8 @@ elapsed() { echo $(( $(date +%s) - start )); }
 # binary name -> how it is built, in build order: the control plane first so it
 # is usable while helm/kubeconform (needed by another suite) still build.
 control_plane=(etcd kube-apiserver kube-controller-manager kube-scheduler)
-all=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kubeconform)
+# kubelet: the optional real node (realnode.py), for the tests that need real containers.
+all=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kubeconform kubelet)
 
 missing=()
 for b in "${all[@]}"; do
@@ -78,12 +79,12 @@ install_bin() { # move built binaries into place atomically
   for n in "$@"; do mv -f "$tmp/$n" "$bin_dir/$n"; done
 }
 
+# Version ldflags so that `kube-apiserver --version`, /version and the kubelet's node info are honest.
+kv="k8s.io/component-base/version"
+k8s_ldflags="$ldflags -X $kv.gitVersion=${k8s_version} -X $kv.gitMajor=1 -X $kv.gitMinor=$(echo "$k8s_version" | cut -d. -f2) -X $kv.gitTreeState=clean"
+k8s_ldflags="$k8s_ldflags -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
 if need "${control_plane[@]}"; then
   # One `go build` for all four shares the compile of common packages.
-  # Version ldflags so that `kube-apiserver --version` and /version are honest.
-  kv="k8s.io/component-base/version"
-  k8s_ldflags="$ldflags -X $kv.gitVersion=${k8s_version} -X $kv.gitMajor=1 -X $kv.gitMinor=$(echo "$k8s_version" | cut -d. -f2) -X $kv.gitTreeState=clean"
-  k8s_ldflags="$k8s_ldflags -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
   (cd "$here" && go build -trimpath -ldflags="$k8s_ldflags" -o "$tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -98,6 +99,11 @@ gi() { # gi NAME PKG@VERSION : go install into tmp, then into bin dir
   install_bin "$1"
   echo "build.sh: $1 built after $(elapsed)s"
 }
+if need kubelet; then
+  (cd "$here" && go build -trimpath -ldflags="$k8s_ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kubelet)
+  install_bin kubelet
+  echo "build.sh: kubelet built after $(elapsed)s"
+fi
 need kwok && gi kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
 need helm && gi helm "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 need kubeconform && gi kubeconform "github.com/yannh/kubeconform/cmd/kubeconform@${KUBECONFORM_VERSION}"

@@ -44,7 +44,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from realnode import RealNode
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
@@ -187,6 +190,8 @@ class ControlPlane:
         self._started = False
         self._component_tokens: dict[str, str] = {}
         self._health: dict[str, str] = {}
+        #: The real node, once :meth:`add_real_node` started it.
+        self.real_node: RealNode | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -257,21 +262,57 @@ class ControlPlane:
         Each gets SIGTERM to its process group and SIGKILL after 10 s. A temp run dir is removed.
         """
         for comp in reversed(self.components):
-            for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(comp.proc.pid, sig)
-                try:
-                    comp.proc.wait(timeout=grace)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            # Anything the component started shares its group; make sure nothing survives it.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(comp.proc.pid, signal.SIGKILL)
+            self._stop_component(comp)
         self.components.clear()
+        if self.real_node is not None:
+            self.real_node.cleanup()
+            self.real_node = None
         self._started = False
         if self._own_run_dir and not self.keep_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def add_real_node(self, *, pause_image: str, images: Sequence[str] = (), timeout: float = 180.0) -> RealNode:
+        """Start a real node (kubelet + containerd, see realnode.py) beside the KWOK ones; return when Ready.
+
+        ``pause_image`` and ``images`` are local Docker images, imported into the node's containerd (no
+        registry answers here). The node is tainted: only Pods with :func:`realnode.pod_spec_for_real_node`
+        land on it. It stops with the control plane.
+        """
+        from realnode import RealNode
+
+        kubelet = self.bin_dir / "kubelet"
+        if not kubelet.is_file():
+            raise MissingBinariesError(
+                f"kubelet missing in {self.bin_dir}: build it with bash e2e/controlplane/build.sh"
+            )
+        node = RealNode(self, kubelet, pause_image, images)
+        before = len(self.components)
+        try:
+            node.start(time.monotonic() + timeout)
+        except BaseException:
+            # Leave the control plane as it was: the KWOK nodes keep serving the other tests.
+            for comp in reversed(self.components[before:]):
+                self._stop_component(comp)
+            del self.components[before:]
+            node.cleanup()
+            raise
+        self.real_node = node
+        return node
+
+    @staticmethod
+    def _stop_component(comp: Component) -> None:
+        """SIGTERM to its process group, SIGKILL after 10 s."""
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(comp.proc.pid, sig)
+            try:
+                comp.proc.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Anything the component started shares its group; make sure nothing survives it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(comp.proc.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ helpers for tests
 
@@ -436,6 +477,17 @@ class ControlPlane:
             "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "7", "-out", str(pki / "apiserver.crt"),
             "-extfile", str(ext),
         )  # fmt: skip
+        # The API server's client cert for kubelets (logs, exec on the real node, see realnode.py).
+        self._openssl(
+            "req", *ec, "-keyout", str(pki / "kubelet-client.key"), "-out", str(pki / "kubelet-client.csr"),
+            "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client",
+        )  # fmt: skip
+        (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n")
+        self._openssl(
+            "x509", "-req", "-in", str(pki / "kubelet-client.csr"), "-CA", str(pki / "ca.crt"),
+            "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "7", "-out", str(pki / "kubelet-client.crt"),
+            "-extfile", str(pki / "client.ext"),
+        )  # fmt: skip
         # ECDSA (ES256) keys: RSA key generation takes seconds on a busy 2-core machine.
         self._openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(pki / "sa.key"))
         self._openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
@@ -499,6 +551,11 @@ class ControlPlane:
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 # 127.0.0.1 is not a valid Endpoints address; nothing needs the `kubernetes` Service's endpoints.
                 "--endpoint-reconciler-type=none",
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                # A kubelet is reached by its node name (the real node's is localhost), never at the
+                # InternalIP it detects (the machine's own address: traffic must stay on loopback).
+                "--kubelet-preferred-address-types=Hostname",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",

@@ -1,5 +1,5 @@
-"""The Dockerfile, statically (no Docker engine here), and the part of its build that can run
-without one: the wheel, built from exactly the files the .dockerignore lets into the build context."""
+"""The Dockerfile, statically, and the part of its build that can run without an engine: the wheel, built
+from exactly the files the .dockerignore lets into the build context. tests/image builds and runs the image."""
 
 from __future__ import annotations
 
@@ -33,10 +33,22 @@ def instructions() -> list[tuple[str, str]]:
 
 def test_two_stages_on_python_slim() -> None:
     froms = [args for ins, args in instructions() if ins == "FROM"]
-    assert len(froms) == 2
-    assert froms[0].startswith("python:${PYTHON_VERSION}-slim") and froms[0].endswith("AS builder")
-    assert froms[1] == "python:${PYTHON_VERSION}-slim"
-    assert ("ARG", "PYTHON_VERSION=3.11") in instructions()
+    assert froms == ["${BASE} AS builder", "${BASE}"]
+    assert instructions()[0] == ("ARG", "BASE=python:3.11-slim")
+
+
+def test_no_frontend_is_fetched_from_a_registry() -> None:
+    """A `# syntax=` line makes BuildKit pull that frontend image; the built-in one handles RUN --mount."""
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE, re.MULTILINE | re.IGNORECASE)
+
+
+def test_pip_settings_come_in_as_secrets_in_every_stage() -> None:
+    """How pip reaches the index (a proxy, its CA) is the builder's business: a secret, never a layer."""
+    runs = [args for ins, args in instructions() if ins == "RUN" and "pip " in args]
+    assert len(runs) == 2
+    for run in runs:
+        assert "--mount=type=secret,id=pip.conf,target=/etc/pip.conf" in run
+        assert "--mount=type=secret,id=pip-ca" in run
 
 
 def test_final_stage_runs_the_operator_as_non_root() -> None:
@@ -50,6 +62,7 @@ def test_final_stage_runs_the_operator_as_non_root() -> None:
     assert "[operator]" in run, "the final stage installs the wheel with its operator extras"
     assert "--mount=type=bind,from=builder" in run, "the wheel is not copied into a layer"
     assert "install -d -o 10001 -g 10001" in run and "/var/lib/anarchon" in run
+    assert "pip uninstall -y setuptools pip" in run
     # USER comes after everything that needs root.
     kinds = [ins for ins, _ in final]
     assert kinds.index("USER") > max(i for i, k in enumerate(kinds) if k == "RUN")
@@ -120,14 +133,15 @@ def _du(path: Path) -> int:
 
 
 def test_final_stage_install_gives_a_working_entrypoint(wheel: Path, tmp_path: Path) -> None:
-    """The final stage's RUN, in a venv here: the wheel with [operator] extras, bytecode compiled, pip removed;
+    """The final stage's RUN, in a venv here: the wheel with [operator] extras, bytecode compiled, setuptools
+    and pip removed;
     then the ENTRYPOINT (`anarchon`) and CMD (`operator`) answer, with no write to the (read-only) install."""
     venv = tmp_path / "opt-anarchon"
     steps = [
         [sys.executable, "-m", "venv", str(venv)],
         [str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", f"{wheel}[operator]"],
         [str(venv / "bin" / "python"), "-m", "compileall", "-q", "-j", "0", str(venv / "lib")],
-        [str(venv / "bin" / "pip"), "uninstall", "--quiet", "-y", "pip"],
+        [str(venv / "bin" / "pip"), "uninstall", "--quiet", "-y", "setuptools", "pip"],
     ]
     # Not this checkout's PYTHONPATH: pip would find the source tree's metadata and skip the wheel.
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

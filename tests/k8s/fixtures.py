@@ -31,6 +31,8 @@ if str(_CONTROLPLANE_DIR) not in sys.path:
 from controlplane import ControlPlane, ControlPlaneError, MissingBinariesError  # noqa: E402
 
 _started: list[ControlPlane] = []
+#: Seconds each real node took to become Ready (for the terminal summary).
+_real_nodes: list[float] = []
 _shared: ControlPlane | None = None
 _users = 0
 
@@ -67,6 +69,24 @@ def control_plane() -> Iterator[ControlPlane]:
         if _users == 0:
             _shared.stop()
             _shared = None
+
+
+@pytest.fixture(scope="session")
+def real_node(control_plane: ControlPlane) -> str:
+    """The real node (kubelet + containerd, e2e/controlplane/realnode.py) beside the KWOK ones, with the
+    image stand-in base (tests/image) imported as the workload image; returns that image's name.
+
+    Started once, on first use, on the session's control plane; tainted, so only Pods that ask for it
+    (``realnode.pod_spec_for_real_node()``) land on it. Without Docker it fails in CI, like tests/image.
+    """
+    from tests.image.imagelib import engine_or_fail, standin_base, standin_pause
+
+    engine_or_fail()
+    base = standin_base()
+    if control_plane.real_node is None:
+        node = control_plane.add_real_node(pause_image=standin_pause(base), images=[base])
+        _real_nodes.append(node.start_seconds)
+    return base
 
 
 @pytest.fixture
@@ -138,3 +158,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         v = ", ".join(f"{k} {val}" for k, val in cp.version_info.items())
         kept = f"; run dir kept: {cp.run_dir}" if cp.keep_run_dir else ""
         terminalreporter.write_line(f"control plane: started in {cp.start_seconds:.1f}s; {v}{kept}")
+    for seconds in _real_nodes:
+        terminalreporter.write_line(f"real node (kubelet + containerd): Ready {seconds:.1f}s after start")
