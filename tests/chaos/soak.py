@@ -232,7 +232,8 @@ class Chaos:
                 sig = signal.SIGTERM if kind == "SIGTERM" else signal.SIGKILL
                 await asyncio.to_thread(self.replicas.kill, victim, sig)
                 await asyncio.sleep(2)
-                self.replicas.start(victim)
+                # Through the fault proxy like at the start: a restarted replica must meet the faults too.
+                self.replicas.start(victim, "--kubeconfig", str(self.proxy.kubeconfig))
             else:
                 pause = LEASE_S + 2 if kind == "SIGSTOP" else self.rng.uniform(0.3, 1.5)
                 self.replicas.kill(victim, signal.SIGSTOP)

@@ -446,6 +446,7 @@ class PodRunner:
                 message=message,
                 final=final,
                 reason=reason,
+                instance=ctx.instance,
             ),
         )
 

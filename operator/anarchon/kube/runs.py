@@ -234,13 +234,31 @@ def next_try_time(status: Status, try_number: int) -> datetime | None:
 
 
 def end_attempt(
-    status: Status, *, attempt: int, outcome: str, message: str, final: bool, reason: str | None = None
+    status: Status,
+    *,
+    attempt: int,
+    outcome: str,
+    message: str,
+    final: bool,
+    reason: str | None = None,
+    instance: str | None = None,
 ) -> Status:
     """The attempt ended; ``final``: so did the run, and its current try with it.
 
     Not final (the Pod was lost), the try stays open: the next attempt takes it up.
+    An attempt that never recorded its start (it found its Pod already ended: the runner
+    before it died after the launch) records itself here, given its ``instance``: otherwise
+    the run would end with its history saying the dead runner's attempt is still Running.
     """
     now = now_rfc3339()
+    entries = list(status.get("attempts") or [])
+    if instance is not None and not any(int(e.get("attempt", 0)) == attempt for e in entries):
+        for previous in entries:
+            if not previous.get("outcome") or previous.get("outcome") == "Running":
+                previous["outcome"] = "Interrupted"
+                previous.setdefault("finishTime", now)
+        entries.append({"attempt": attempt, "instance": instance, "podName": status.get("podName"), "startTime": now})
+        status.update(attempts=entries, attempt=attempt, instance=instance)
     if final:
         _close_try(status, int(status.get("try") or 1), outcome, message, now)
     for entry in status.get("attempts") or []:
