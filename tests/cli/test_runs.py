@@ -33,14 +33,15 @@ def test_runs_shows_attempts_instances_and_outcome(cluster: Cluster, replicas_fa
         (2, backup, "Succeeded"),
     ]
     header, row = ok(cli("runs", "relay")).splitlines()
-    assert header.split() == ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "OUTCOME", "MESSAGE"]
-    assert row.split()[:7] == [
+    assert header.split() == ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "TRIES", "OUTCOME", "MESSAGE"]
+    assert row.split()[:8] == [
         done["name"],
         done["slotTime"],
         "Manual",
         "Succeeded",
         "2",
         f"{runner},{backup}",
+        "1",
         "Succeeded",
     ]
 
@@ -49,3 +50,33 @@ def test_runs_of_a_job_that_does_not_exist(cluster: Cluster, cli: Cli) -> None:
     line = one_line_error(cli("runs", "nope"), 1, "no AnarchonJob 'nope'", cluster.namespace, "HTTP 404")
     assert line.startswith("anarchon runs: ")
     one_line_error(cli("runs", "nope", "-o", "toml"), 2, "invalid choice: 'toml'")
+
+
+def test_runs_show_the_tries_of_a_retried_run() -> None:
+    """Tries (retries after a failed Pod) are on the run's line and in its record, beside attempts."""
+    from anarchon.cli.records import run_record, run_rows
+
+    run = {
+        "metadata": {"name": "flaky-1800000000"},
+        "spec": {"slot": 1_800_000_000_000, "trigger": "Schedule"},
+        "status": {
+            "phase": "Succeeded",
+            "finishTime": "2027-01-15T08:01:00Z",
+            "attempts": [{"attempt": 1, "instance": "replica-0", "outcome": "Succeeded"}],
+            "try": 3,
+            "tries": [
+                {"try": 1, "podName": "flaky-1800000000", "outcome": "Failed", "message": "exit 3"},
+                {"try": 2, "podName": "flaky-1800000000-r1", "outcome": "Failed", "message": "exit 3"},
+                {"try": 3, "podName": "flaky-1800000000-r2", "outcome": "Succeeded"},
+            ],
+        },
+    }
+    record = run_record(run)
+    assert record["try"] == 3
+    assert [(t["try"], t["pod"], t["outcome"]) for t in record["tries"]] == [
+        (1, "flaky-1800000000", "Failed"),
+        (2, "flaky-1800000000-r1", "Failed"),
+        (3, "flaky-1800000000-r2", "Succeeded"),
+    ]
+    headers, rows = run_rows([record])
+    assert dict(zip(headers, rows[0], strict=True))["TRIES"] == "3"

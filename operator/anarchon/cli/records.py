@@ -55,6 +55,17 @@ def run_record(run: dict[str, Any]) -> dict[str, Any]:
         }
         for a in status.get("attempts") or []
     ]
+    tries = [
+        {
+            "try": int(t.get("try", 0)),
+            "pod": t.get("podName"),
+            "outcome": t.get("outcome"),
+            "startTime": t.get("startTime"),
+            "finishTime": t.get("finishTime"),
+            "message": t.get("message") or "",
+        }
+        for t in status.get("tries") or []
+    ]
     return {
         "name": run["metadata"]["name"],
         "slot": int(spec.get("slot") or 0),
@@ -63,6 +74,8 @@ def run_record(run: dict[str, Any]) -> dict[str, Any]:
         "phase": status.get("phase"),
         "outcome": None if open_run(run) else status.get("phase"),
         "attempts": attempts,
+        "try": int(status.get("try") or 1),
+        "tries": tries,
         "startTime": status.get("startTime"),
         "finishTime": status.get("finishTime"),
         "reason": status.get("reason"),
@@ -71,8 +84,12 @@ def run_record(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """The runs table: one line per run, its attempts counted and their instances in order."""
-    headers = ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "OUTCOME", "MESSAGE"]
+    """The runs table: one line per run, its attempts counted and their instances in order, its tries.
+
+    Attempts follow interruptions (a runner lost, a hand-over); tries follow failed Pods
+    (``spec.retries``): TRIES is the try the run is on, or ended on.
+    """
+    headers = ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "TRIES", "OUTCOME", "MESSAGE"]
     rows = [
         [
             r["name"],
@@ -81,6 +98,7 @@ def run_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             r["phase"] or "-",
             str(len(r["attempts"])),
             ",".join(a["instance"] or "?" for a in r["attempts"]) or "-",
+            str(r["try"]),
             r["outcome"] or "-",
             " ".join(r["message"].split())[:60],
         ]
