@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -390,14 +391,34 @@ async def test_no_retroactive_runs_when_schedule_is_edited(
 
 
 async def test_starting_deadline_misses_late_slots(cluster, clock: ScaledClock, job_name: str) -> None:
+    """Slots slept through in a stall are caught up, but only those still within the deadline."""
     ((a, rec),) = cluster(1)
     calls = Calls(clock)
-    a.every(job_name, "1s", calls.handler(), jitter="2s", starting_deadline="100ms")
+    stalled = False
+
+    async def stall_once(ctx: RunContext) -> None:
+        nonlocal stalled
+        if not stalled:
+            stalled = True
+            time.sleep(0.3)  # blocks the event loop: 6 fake seconds at 20x  # noqa: ASYNC251
+
+    a.every(job_name, "1s", calls.handler(stall_once), jitter="0s", starting_deadline="1s", catch_up="All")
     await a.start()
     start = clock.now_ms()
     await wait_for(lambda: clock.now_ms() > start + 15_000, what="15 fake seconds")
-    assert rec.of("missed"), "with 2 s of jitter and a 100 ms deadline most slots are missed"
-    assert all(c.started_ms - c.slot <= 100 + 300 for c in calls.calls)
+    late = [e for e in rec.of("missed") if "past the starting deadline" in e[3]]
+    assert late, f"the slots slept through more than 1 s ago are missed: {rec.of('missed')}"
+    assert all(c.started_ms - c.slot <= 1_000 + 300 for c in calls.calls)
+
+
+async def test_a_starting_deadline_within_the_jitter_is_refused(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """With 2 s of jitter and a 100 ms deadline, most slots were missed: a mistake to name, not to run."""
+    sched = Scheduler(make_backend(), instance_id="x")
+    with pytest.raises(ConfigError, match=r"startingDeadline must be at least the jitter plus 1s \(3s\), got 100ms"):
+        sched.every(job_name, "1s", Calls(ScaledClock()).handler(), jitter="2s", starting_deadline="100ms")
+    sched.every(job_name, "1s", Calls(ScaledClock()).handler(), jitter="2s", starting_deadline="3s")
 
 
 async def test_bad_options_are_refused(make_backend: Callable[[], LeaseBackend], job_name: str) -> None:

@@ -118,6 +118,7 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     assert f">= {L.MIN_TIMEOUT_MS}" in rules(props["timeout"])
     assert f"<= {L.MAX_JITTER_MS}" in rules(props["jitter"])
     assert f">= {L.MIN_LEASE_HEARTBEATS} * (" in rules(JOB_SPEC_SCHEMA)
+    assert f">= {L.MIN_STARTING_DEADLINE_OVER_JITTER_MS} + (" in rules(JOB_SPEC_SCHEMA)
     for name in ("backoff", "maxBackoff"):
         assert f">= {L.MIN_RETRY_BACKOFF_MS}" in rules(retries[name]), name
         assert f"<= {L.MAX_RETRY_BACKOFF_MS}" in rules(retries[name]), name
@@ -274,6 +275,7 @@ def test_status_is_pruned_on_create_and_written_through_the_subresource(crds: Co
 
 
 LEASE = "spec.lease must be at least 2 heartbeats"
+DEADLINE = "spec.startingDeadline must be at least spec.jitter (default 1s) plus 1s"
 CONTAINERS = "spec.template.spec.containers"
 
 
@@ -323,6 +325,9 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("lease-below-default-heartbeat", {"lease": "3s"}, "j", [LEASE]),
     ("lease-days-below-heartbeat", {"heartbeat": "1d", "lease": "23h"}, "j", [LEASE]),
     ("lease-overflows-cel", {"lease": "99999999999999999d"}, "j", ["integer overflow", LEASE]),
+    ("starting-deadline-zero", {"startingDeadline": "0s"}, "j", [DEADLINE]),
+    ("starting-deadline-below-default-jitter", {"startingDeadline": "1s999ms"}, "j", [DEADLINE]),
+    ("starting-deadline-within-jitter", {"jitter": "30s", "startingDeadline": "30s"}, "j", [DEADLINE, "at random"]),
     ("name-41", {}, "n" * 41, ["metadata.name must be at most 40 characters"]),
     ("no-containers", {"template": tmpl({"containers": []})}, "j", [CONTAINERS, "at least 1 item"]),
     ("containers-missing", {"template": tmpl({"nodeName": "x"})}, "j", [CONTAINERS, "Required"]),

@@ -300,6 +300,16 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("catchUp policy", {"catchUp": {"policy": "Most"}}, "spec.catchUp.policy: must be one of None, Latest, All"),
     ("catchUp window", {"catchUp": {"window": "1 hour"}}, "spec.catchUp.window: cannot parse"),
     ("startingDeadline", {"startingDeadline": "soon"}, "spec.startingDeadline: cannot parse"),
+    (
+        "startingDeadline 0s",
+        {"startingDeadline": "0s"},
+        "spec.startingDeadline: must be at least spec.jitter (1s) plus 1s, got '0s': a run waits up to the jitter",
+    ),
+    (
+        "startingDeadline within the jitter",
+        {"jitter": "30s", "startingDeadline": "30s999ms"},
+        "spec.startingDeadline: must be at least spec.jitter (30s) plus 1s, got '30s999ms'",
+    ),
     ("maxAttempts 0", {"maxAttempts": 0}, "spec.maxAttempts: must be between 1 and 10, got 0"),
     ("maxAttempts 11", {"maxAttempts": 11}, "spec.maxAttempts: must be between 1 and 10, got 11"),
     ("maxAttempts text", {"maxAttempts": "3"}, "spec.maxAttempts: expected an integer"),

@@ -18,6 +18,7 @@ from .limits import (
     MIN_EVERY_MS,
     MIN_HEARTBEAT_MS,
     MIN_LEASE_HEARTBEATS,
+    MIN_STARTING_DEADLINE_OVER_JITTER_MS,
     MIN_TIMEOUT_MS,
 )
 from .model import Attempt, CatchUp, Cause, Overlap, Run
@@ -207,8 +208,14 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
             f"{job}: timeout must be at least {format_duration(MIN_TIMEOUT_MS)}, got {_ms(options.timeout_ms)}:"
             " a shorter one fails every attempt before its work can start"
         )
-    if options.starting_deadline_ms is not None and options.starting_deadline_ms < 0:
-        raise ConfigError(f"{job}: startingDeadline must not be negative")
+    least = options.jitter_ms + MIN_STARTING_DEADLINE_OVER_JITTER_MS
+    if options.starting_deadline_ms is not None and options.starting_deadline_ms < least:
+        raise ConfigError(
+            f"{job}: startingDeadline must be at least the jitter plus"
+            f" {format_duration(MIN_STARTING_DEADLINE_OVER_JITTER_MS)} ({_ms(least)}),"
+            f" got {_ms(options.starting_deadline_ms)}: a run waits up to the jitter before its claim,"
+            " so a shorter deadline misses slots at random"
+        )
     if options.catch_up_window_ms < 0:
         raise ConfigError(f"{job}: the catch-up window must not be negative")
     if not leases:

@@ -41,6 +41,12 @@ MIN_PENDING_TIMEOUT_MS: Final = 1_000
 #: deadline), which is a typo rather than a policy.
 MAX_JITTER_MS: Final = 3_600_000
 
+#: How much longer than the jitter a starting deadline must be. A run waits up to the jitter
+#: before its claim, and the claim itself takes a moment on a busy replica: a deadline within
+#: that misses slots at random (``startingDeadline: 0s`` missed every one), which is a mistake
+#: the operator can name rather than a run of ``Missed`` Events.
+MIN_STARTING_DEADLINE_OVER_JITTER_MS: Final = 1_000
+
 #: Attempts of one run. At least one; at most ten, because attempts beyond the first follow
 #: interruptions (a lost runner or Pod), and a run interrupted ten times will not be saved by an
 #: eleventh: it is better reported ``Interrupted``.

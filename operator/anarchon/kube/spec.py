@@ -37,6 +37,7 @@ from anarchon.engine.limits import (
     MIN_LEASE_HEARTBEATS,
     MIN_PENDING_TIMEOUT_MS,
     MIN_RETRY_BACKOFF_MS,
+    MIN_STARTING_DEADLINE_OVER_JITTER_MS,
     MIN_TIMEOUT_MS,
 )
 from anarchon.engine.model import CatchUp, Overlap
@@ -443,6 +444,15 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     window = r.duration(_default(catch_up_spec, "window", "catchUp.window"), "spec.catchUp.window")
 
     starting_deadline = r.duration(spec.get("startingDeadline"), "spec.startingDeadline")
+    if starting_deadline is not None and jitter is not None:
+        least = jitter + MIN_STARTING_DEADLINE_OVER_JITTER_MS
+        if starting_deadline < least:
+            r.error(
+                "spec.startingDeadline",
+                f"must be at least spec.jitter ({_default(spec, 'jitter')}) plus"
+                f" {format_duration(MIN_STARTING_DEADLINE_OVER_JITTER_MS)}, got {_show(spec.get('startingDeadline'))}:"
+                " a run waits up to the jitter before its claim, so a shorter deadline misses slots at random",
+            )
     timeout = r.duration(
         spec.get("timeout"),
         "spec.timeout",
