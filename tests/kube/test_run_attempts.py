@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from anarchon.kube import runs
 
 
@@ -34,3 +36,28 @@ def test_an_attempt_that_recorded_its_start_is_ended_in_place() -> None:
     status = runs.start_attempt({}, attempt=1, instance="a", pod="job-1")
     ended = runs.end_attempt(status, attempt=1, outcome="Failed", message="exit 3", final=True, instance="a")
     assert [(a["attempt"], a["outcome"], a["message"]) for a in ended["attempts"]] == [(1, "Failed", "exit 3")]
+
+
+def test_a_held_up_start_does_not_reopen_a_run_that_ended() -> None:
+    """Seen in the soak: a runner's start, held up by API errors, landed after the run was replaced.
+
+    It turned the ended run back to Running (with its finish time), which mending then never
+    closed: every status refresh said "closing it" and wrote nothing.
+    """
+    status = runs.start_attempt({}, attempt=1, instance="a", pod="job-1")
+    replaced = runs.interrupted(status, message="replaced by the run of slot 2")
+    assert replaced is not None and runs.ended(replaced)
+    with pytest.raises(runs.RunEnded, match="ended Interrupted: replaced by the run of slot 2"):
+        runs.start_attempt(copy.deepcopy(replaced), attempt=1, instance="a", pod="job-1")
+
+
+def test_a_reopened_run_is_closed_again_by_the_store_verdict() -> None:
+    """A status an older operator reopened (Running with a finish time) is open, and mending closes it."""
+    reopened = {"phase": "Running", "finishTime": "2026-12-03T18:34:30Z", "attempt": 1}
+    assert not runs.ended(reopened)
+    closed = runs.interrupted(copy.deepcopy(reopened), message="replaced by the run of slot 2")
+    assert closed is not None and (closed["phase"], closed["message"]) == (
+        "Interrupted",
+        "replaced by the run of slot 2",
+    )
+    assert runs.interrupted(copy.deepcopy(closed), message="again") is None

@@ -34,9 +34,7 @@ log = logging.getLogger("anarchon.kube.mend")
 def open_run(item: dict[str, Any]) -> bool:
     """The object does not say the run is over: it runs, waits between attempts, or has no status
     yet (its creator died between the create and the first status write)."""
-    status = item.get("status") or {}
-    phase = status.get("phase")
-    return phase in (None, "Claimed", "Running") or (phase == "Interrupted" and not status.get("finishTime"))
+    return not runs.ended(item.get("status") or {})
 
 
 async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:

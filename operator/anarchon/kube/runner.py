@@ -290,12 +290,18 @@ class PodRunner:
                 raise _fenced(ctx) if ctx.stop_reason != SHUTDOWN else RunInterrupted(f"{ctx.instance} stopping")
 
     async def _start_attempt(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, try_number: int) -> None:
-        await self._write(
-            ctx,
-            spec,
-            name,
-            lambda s: runs.start_attempt(s, attempt=ctx.attempt, instance=ctx.instance, pod=pod, try_number=try_number),
-        )
+        try:
+            await self._write(
+                ctx,
+                spec,
+                name,
+                lambda s: runs.start_attempt(
+                    s, attempt=ctx.attempt, instance=ctx.instance, pod=pod, try_number=try_number
+                ),
+            )
+        except runs.RunEnded as exc:
+            # Replaced or given up while this attempt was held up: nothing to launch or follow.
+            raise RunInterrupted(f"attempt {ctx.attempt}: {exc}") from None
 
     async def _write(
         self, ctx: RunContext, spec: JobSpec, name: str, change: Callable[[runs.Status], runs.Status | None]

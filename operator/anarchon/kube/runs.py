@@ -173,8 +173,24 @@ def _close_try(status: Status, try_number: int, outcome: str, message: str, now:
             entry.update(outcome=outcome, finishTime=now, message=message)
 
 
+class RunEnded(Exception):
+    """The run's object says it is over: an attempt must not start (or reopen) it."""
+
+
+def ended(status: Status) -> bool:
+    """The status says how the run ended: a final phase, or Interrupted with a finish time."""
+    phase = status.get("phase")
+    return phase in ("Succeeded", "Failed", "Skipped") or (phase == "Interrupted" and bool(status.get("finishTime")))
+
+
 def start_attempt(status: Status, *, attempt: int, instance: str, pod: str, try_number: int = 1) -> Status:
-    """Attempt ``attempt`` follows ``pod``, the Pod of try ``try_number`` (launched or adopted)."""
+    """Attempt ``attempt`` follows ``pod``, the Pod of try ``try_number`` (launched or adopted).
+
+    Raises :class:`RunEnded` if the run has ended meanwhile (replaced by a newer run, given
+    up): a start that was held up by API errors must not bring an ended run back to Running.
+    """
+    if ended(status):
+        raise RunEnded(f"the run ended {status.get('phase')}: {status.get('message') or ''}".rstrip(": "))
     now = now_rfc3339()
     attempts = [a for a in status.get("attempts") or [] if int(a.get("attempt", 0)) != attempt]
     for previous in attempts:
@@ -280,8 +296,12 @@ def end_attempt(
 
 
 def interrupted(status: Status, *, message: str) -> Status | None:
-    """The store ended the run as Interrupted (replaced by a newer run): unless it ended already."""
-    if status.get("finishTime"):
+    """The store ended the run as Interrupted (replaced by a newer run): unless it ended already.
+
+    A finish time alone does not make it ended: a status that an older operator reopened
+    (Running, with the finish time of its end) is closed again, not left open for ever.
+    """
+    if ended(status):
         return None
     now = now_rfc3339()
     _close_try(status, int(status.get("try") or 1), "Interrupted", message, now)
