@@ -40,32 +40,24 @@ def job_record(job: dict[str, Any], now_ms: int) -> dict[str, Any]:
     }
 
 
+def _step(entry: dict[str, Any], number: str, *extra: str) -> dict[str, Any]:
+    """One attempt or try of a run, as shown: its ``number``, the ``extra`` fields, its Pod, outcome and times."""
+    return {
+        number: int(entry.get(number, 0)),
+        **{key: entry.get(key) for key in extra},
+        "pod": entry.get("podName"),
+        "outcome": entry.get("outcome"),
+        "startTime": entry.get("startTime"),
+        "finishTime": entry.get("finishTime"),
+        "message": entry.get("message") or "",
+    }
+
+
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """A run: its outcome once it has one (an Interrupted run without a finish time waits for its next attempt)."""
     spec, status = run.get("spec") or {}, run.get("status") or {}
-    attempts = [
-        {
-            "attempt": int(a.get("attempt", 0)),
-            "instance": a.get("instance"),
-            "pod": a.get("podName"),
-            "outcome": a.get("outcome"),
-            "startTime": a.get("startTime"),
-            "finishTime": a.get("finishTime"),
-            "message": a.get("message") or "",
-        }
-        for a in status.get("attempts") or []
-    ]
-    tries = [
-        {
-            "try": int(t.get("try", 0)),
-            "pod": t.get("podName"),
-            "outcome": t.get("outcome"),
-            "startTime": t.get("startTime"),
-            "finishTime": t.get("finishTime"),
-            "message": t.get("message") or "",
-        }
-        for t in status.get("tries") or []
-    ]
+    attempts = [_step(a, "attempt", "instance") for a in status.get("attempts") or []]
+    tries = [_step(t, "try") for t in status.get("tries") or []]
     return {
         "name": run["metadata"]["name"],
         "slot": int(spec.get("slot") or 0),

@@ -173,6 +173,14 @@ def _close_try(status: Status, try_number: int, outcome: str, message: str, now:
             entry.update(outcome=outcome, finishTime=now, message=message)
 
 
+def _close_open_attempts(attempts: list[dict[str, Any]], now: str) -> None:
+    """Earlier attempts still open (their runner died or handed over) ended Interrupted: a later one took over."""
+    for previous in attempts:
+        if not previous.get("outcome") or previous.get("outcome") == "Running":
+            previous["outcome"] = "Interrupted"
+            previous.setdefault("finishTime", now)
+
+
 class RunEnded(Exception):
     """The run's object says it is over: an attempt must not start (or reopen) it."""
 
@@ -193,10 +201,7 @@ def start_attempt(status: Status, *, attempt: int, instance: str, pod: str, try_
         raise RunEnded(f"the run ended {status.get('phase')}: {status.get('message') or ''}".rstrip(": "))
     now = now_rfc3339()
     attempts = [a for a in status.get("attempts") or [] if int(a.get("attempt", 0)) != attempt]
-    for previous in attempts:
-        if not previous.get("outcome") or previous.get("outcome") == "Running":
-            previous["outcome"] = "Interrupted"
-            previous.setdefault("finishTime", now)
+    _close_open_attempts(attempts, now)
     attempts.append({"attempt": attempt, "instance": instance, "podName": pod, "outcome": "Running", "startTime": now})
     status.update(phase="Running", attempt=attempt, instance=instance, podName=pod, attempts=attempts, message="")
     status.setdefault("startTime", now)
@@ -269,10 +274,7 @@ def end_attempt(
     now = now_rfc3339()
     entries = list(status.get("attempts") or [])
     if instance is not None and not any(int(e.get("attempt", 0)) == attempt for e in entries):
-        for previous in entries:
-            if not previous.get("outcome") or previous.get("outcome") == "Running":
-                previous["outcome"] = "Interrupted"
-                previous.setdefault("finishTime", now)
+        _close_open_attempts(entries, now)
         entries.append({"attempt": attempt, "instance": instance, "podName": status.get("podName"), "startTime": now})
         status.update(attempts=entries, attempt=attempt, instance=instance)
     if final:
