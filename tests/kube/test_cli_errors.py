@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.conftest import one_line_error
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -33,16 +35,6 @@ def anarchon(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
 
 def operator(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return anarchon(home, "operator", "--metrics-port", "0", "--health-port", "0", "-n", "default", *args, **env)
-
-
-def one_line_error(res: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    assert res.returncode == 2, (res.returncode, res.stderr)
-    assert "Traceback" not in res.stderr, res.stderr
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, res.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -75,14 +67,14 @@ users: [{name: u, user: {token: t}}]
     ],
 )
 def test_a_store_url_that_cannot_work(tmp_path: Path, kubeconfig: Path, url: str, fragments: list[str]) -> None:
-    line = one_line_error(operator(tmp_path, "--store", url, "--kubeconfig", str(kubeconfig)), *fragments)
+    line = one_line_error(operator(tmp_path, "--store", url, "--kubeconfig", str(kubeconfig)), 2, *fragments)
     assert line.startswith("anarchon operator: ")
     assert "secret" not in line
     assert not (tmp_path / "relative.db").exists()
 
 
 def test_the_store_url_is_checked_before_the_credentials(tmp_path: Path) -> None:
-    one_line_error(operator(tmp_path, ANARCHON_STORE="redis://h:notaport"), "store URL redis://h:notaport")
+    one_line_error(operator(tmp_path, ANARCHON_STORE="redis://h:notaport"), 2, "store URL redis://h:notaport")
 
 
 @pytest.mark.parametrize(
@@ -101,5 +93,5 @@ def test_missing_credentials(tmp_path: Path, setup: str, fragments: list[str]) -
         (tmp_path / ".kube" / "config").write_text("" if setup == "empty" else "apiVersion: v1\nkind: Config\n")
     if setup == "missing-file":
         env["KUBECONFIG"] = "/nonexistent/kubeconfig"
-    one_line_error(operator(tmp_path, "--store", f"sqlite://{tmp_path / 's.db'}", **env), *fragments)
-    one_line_error(anarchon(tmp_path, "trigger", "job", "-n", "default", **env), "anarchon trigger: ", *fragments)
+    one_line_error(operator(tmp_path, "--store", f"sqlite://{tmp_path / 's.db'}", **env), 2, *fragments)
+    one_line_error(anarchon(tmp_path, "trigger", "job", "-n", "default", **env), 2, "anarchon trigger: ", *fragments)
