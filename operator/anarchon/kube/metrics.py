@@ -12,6 +12,7 @@ replica sees alike (take the max over the replicas).
 
 from __future__ import annotations
 
+import itertools
 import platform
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from .. import __version__
 from ..engine import Cause, ClaimOutcome, EngineListener, Run, RunState, Schedule, StoreObserver
+from ..engine.schedule import slots_between
 from .spec import JobSpec
 
 #: The outcome of a slot that could not start by its starting deadline (not a run phase: no run
@@ -125,12 +127,7 @@ class JobGauges(Collector):
 
 def _slots_due(times: JobTimes, now_ms: int) -> int:
     after = times.last_success_ms if times.last_success_ms is not None else times.created_ms
-    count = 0
-    slot = times.schedule.next_after(after)
-    while slot <= now_ms and count < SLOTS_SINCE_SUCCESS_CAP:
-        count += 1
-        slot = times.schedule.next_after(slot)
-    return count
+    return sum(1 for _ in itertools.islice(slots_between(times.schedule, after, now_ms), SLOTS_SINCE_SUCCESS_CAP))
 
 
 class Metrics:
