@@ -161,13 +161,13 @@ class JobStatus:
             status = r.get("status") or {}
             return status.get("phase") != "Interrupted" or bool(status.get("finishTime"))
 
+        running = self._running_slots(spec)
+
         def of(*phases: str) -> list[dict[str, Any]]:
             return [
                 r
                 for r in items
-                if phase[r["metadata"]["name"]] in phases
-                and done(r)
-                and not self._still_active(spec, int(r["spec"]["slot"]))
+                if phase[r["metadata"]["name"]] in phases and done(r) and int(r["spec"]["slot"]) not in running
             ]
 
         doomed: list[dict[str, Any]] = []
@@ -195,6 +195,7 @@ class JobStatus:
             before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r))])
             await self.scheduler.backend.prune(key, before_slot=before)
 
-    def _still_active(self, spec: JobSpec, slot: int) -> bool:
+    def _running_slots(self, spec: JobSpec) -> frozenset[int]:
+        """The slots this replica runs right now for the job, read once per pass over its runs."""
         loop = self.scheduler.jobs.get(engine_key(spec.namespace, spec.name, spec.uid))
-        return loop is not None and slot in loop.running_slots
+        return frozenset(loop.running_slots) if loop is not None else frozenset()
