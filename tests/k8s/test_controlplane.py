@@ -75,10 +75,17 @@ def phase_is(cp: ControlPlane, namespace: str, name: str, phase: str) -> Callabl
 
 
 def test_readyz_and_nodes(control_plane: ControlPlane) -> None:
-    """/readyz is ok and the fake nodes are Ready, schedulable and managed by KWOK."""
+    """/readyz is ok and the fake nodes are Ready, schedulable and managed by KWOK.
+
+    The optional real node (tainted, checked by tests/operator/test_real_node.py) is there
+    too once a test of the session has asked for it; it is the one node beside KWOK's.
+    """
     assert control_plane.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
-    nodes = get_json(control_plane, "nodes")["items"]
-    assert sorted(n["metadata"]["name"] for n in nodes) == sorted(control_plane.nodes)
+    real = control_plane.real_node.name if control_plane.real_node is not None else None
+    everything = get_json(control_plane, "nodes")["items"]
+    expected = [*control_plane.nodes, *([real] if real else [])]
+    assert sorted(n["metadata"]["name"] for n in everything) == sorted(expected)
+    nodes = [n for n in everything if n["metadata"]["name"] != real]
     for n in nodes:
         ready = [c for c in n["status"]["conditions"] if c["type"] == "Ready"]
         assert ready and ready[0]["status"] == "True", n["status"]["conditions"]
