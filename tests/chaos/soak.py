@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 import aiohttp
@@ -79,10 +80,14 @@ class Report:
     kills: Counter[str] = field(default_factory=Counter)
     takeovers: int = 0
     handover_s: list[float] = field(default_factory=list)
+    #: Hand-overs slower than the bound: (delay, run, victim), for the evidence.
+    slow_handovers: list[tuple[float, str, str]] = field(default_factory=list)
     handover_store_down: int = 0  # SIGTERMs near a store fault: not judged as hand-overs
     takeover_after_kill_s: list[float] = field(default_factory=list)
     violations: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    #: What the replicas logged about the runs behind a broken timing rule (empty if none).
+    evidence: str = ""
     pods: int = 0
 
     def text(self) -> str:
@@ -202,8 +207,9 @@ class Chaos:
         self.report_kills: Counter[str] = Counter()
         self.store_faults: Counter[str] = Counter()
         self.store_down: list[tuple[float, float]] = []  # (from, to), monotonic
-        self.watch_handover: list[tuple[float, dict[str, int]]] = []
-        self.watch_takeover: list[tuple[float, dict[str, int]]] = []
+        # (when, victim, its running runs with their attempt)
+        self.watch_handover: list[tuple[float, str, dict[str, int]]] = []
+        self.watch_takeover: list[tuple[float, str, dict[str, int]]] = []
         self.api_rules: list[Fault] = []
 
     def api_faults(self, scale: float) -> None:
@@ -228,7 +234,9 @@ class Chaos:
             running = self.checker.running_on(victim)
             now = time.monotonic()
             if kind in ("SIGTERM", "SIGKILL"):
-                (self.watch_handover if kind == "SIGTERM" else self.watch_takeover).append((now, running))
+                # The victim named with the wall time, to find the moment in the replicas' logs.
+                who = f"{victim} at {datetime.now().strftime('%H:%M:%S,%f')[:-3]}"
+                (self.watch_handover if kind == "SIGTERM" else self.watch_takeover).append((now, who, running))
                 sig = signal.SIGTERM if kind == "SIGTERM" else signal.SIGKILL
                 await asyncio.to_thread(self.replicas.kill, victim, sig)
                 await asyncio.sleep(2)
@@ -342,16 +350,22 @@ async def soak(
         report.store_faults = chaos.store_faults
         report.kills = chaos.report_kills
         report.takeovers = checker.takeovers()
-        report.handover_s = _delays(checker, [m for m in chaos.watch_handover if not chaos.store_was_down_near(m[0])])
-        report.handover_store_down = sum(1 for at, _ in chaos.watch_handover if chaos.store_was_down_near(at))
-        report.takeover_after_kill_s = _delays(checker, chaos.watch_takeover)
+        handovers = _delays(checker, [m for m in chaos.watch_handover if not chaos.store_was_down_near(m[0])])
+        report.handover_s = [d for d, _, _ in handovers]
+        report.slow_handovers = [h for h in handovers if h[0] > HANDOVER_BOUND_S]
+        report.handover_store_down = sum(1 for at, _, _ in chaos.watch_handover if chaos.store_was_down_near(at))
+        report.takeover_after_kill_s = [d for d, _, _ in _delays(checker, chaos.watch_takeover)]
         report.violations = Counter(checker.violations)
-        report.violations["slow_handover"] = sum(1 for d in report.handover_s if d > HANDOVER_BOUND_S)
+        report.violations["slow_handover"] = len(report.slow_handovers)
         report.violations["slow_takeover"] = sum(
             1 for d in report.takeover_after_kill_s if d > LEASE_S + 2 * HEARTBEAT_S + 2
         )
         report.examples = dict(checker.examples)
-        report.examples["slow_handover"] = [f"{d:.1f}s" for d in report.handover_s if d > HANDOVER_BOUND_S][:5]
+        report.examples["slow_handover"] = [
+            f"{run}: {d:.1f}s after {victim}'s SIGTERM" for d, run, victim in report.slow_handovers
+        ][:5]
+        if report.slow_handovers:
+            report.evidence = _evidence(replicas, [run for _, run, _ in report.slow_handovers[:2]], lines=60)
         return report
     finally:
         for task in [*loops, *watches]:
@@ -379,6 +393,10 @@ async def _suspend(cluster: Cluster, job: str) -> None:
     raise AssertionError(f"soak: could not suspend {job}: {done.stderr}")
 
 
+#: What a replica logs when it stops (and so hands its runs over): kept in the evidence.
+_LIFE = "handing running attempts over"
+
+
 def _evidence(replicas: Replicas, stuck: list[str], lines: int = 40) -> str:
     """What the replicas logged about the runs that never settled: the soak's logs are gone after it."""
     out = []
@@ -386,7 +404,8 @@ def _evidence(replicas: Replicas, stuck: list[str], lines: int = 40) -> str:
         run = entry.split(":", 1)[0]
         slot = run.rsplit("-", 1)[-1]
         for name in sorted(replicas.procs):
-            hits = [line for line in replicas.log(name).splitlines() if run in line or slot in line]
+            # The run's own lines, and each replica's stops and starts (a hand-over's timing).
+            hits = [line for line in replicas.log(name).splitlines() if run in line or slot in line or _LIFE in line]
             out += [f"--- {name} on {run}: {len(hits)} lines, the last {lines}:", *hits[-lines:]]
     return "\n".join(out)
 
@@ -406,14 +425,14 @@ def _expected(checker: Checker, until: float) -> list[tuple[str, int]]:
     return slots
 
 
-def _delays(checker: Checker, marks: list[tuple[float, dict[str, int]]]) -> list[float]:
-    """For each run a victim was running: how long until the next attempt began (taken over)."""
+def _delays(checker: Checker, marks: list[tuple[float, str, dict[str, int]]]) -> list[tuple[float, str, str]]:
+    """For each run a victim was running: how long until the next attempt began (taken over), the run, the victim."""
     delays = []
-    for at, running in marks:
+    for at, victim, running in marks:
         for run, attempt in running.items():
             taken = checker.next_attempt_at(run, attempt)
             if taken is not None:
-                delays.append(taken - at)
+                delays.append((taken - at, run, victim))
     return delays
 
 

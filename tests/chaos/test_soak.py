@@ -44,4 +44,4 @@ async def test_chaos_soak(cluster: Cluster, replicas_factory, private_postgres: 
     assert report.slots >= slots * 0.95, "the soak ran fewer slots than asked"
     assert report.kills and report.store_faults and sum(report.api_faults.values()), "every kind of fault must fire"
     broken = {rule: report.violations.get(rule, 0) for rule in RULES if report.violations.get(rule, 0)}
-    assert not broken, f"broken promises: {broken}\n{report.text()}"
+    assert not broken, f"broken promises: {broken}\n{report.text()}\n{report.evidence}"
