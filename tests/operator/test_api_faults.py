@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from anarchon.engine import RunInterrupted
+from anarchon.engine.attempt import SHUTDOWN
 from anarchon.kube import client as kube_client
 from anarchon.kube.client import Kube, connect
 from anarchon.kube.events import EventPoster
@@ -159,3 +160,34 @@ async def test_a_runner_frozen_before_its_create_adopts_the_backups_pod_instead_
     await asyncio.wait_for(backup, 60)  # the backup follows the run's one Pod to its success
     assert _run(cluster, spec)["status"]["phase"] == "Succeeded"
     assert _pods(cluster, spec) == [run_name(spec.name, SLOT)]
+
+
+#: Requests the API server holds up for longer than any hand-over may take.
+HELD_UP = {
+    "the run's create": Fault("latency", seconds=30, verb="create", resource="anarchonruns", times=1),
+    "the run's status write": Fault("latency", seconds=30, verb="update", times=1, **RUN_STATUS),
+    "the Pod's create": Fault("latency", seconds=30, verb="create", resource="pods", times=1),
+}
+
+
+@pytest.mark.parametrize("what", list(HELD_UP))
+async def test_a_shutdown_hands_over_at_once_whatever_request_is_held_up(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, what: str
+) -> None:
+    """SIGTERM while a request hangs: the attempt is handed over at once, not after the request.
+
+    Before, the runner waited for the request it had in flight (held 30 s here) and the engine
+    for its stop grace (5 s) before cancelling it, so the hand-over took the grace: the soak
+    saw one take 8.3 s against its bound of 3 s.
+    """
+    fault = proxy.add(dataclasses.replace(HELD_UP[what]))
+    ctx = attempt(1, *YES)
+    task = asyncio.create_task(PodRunner(through_proxy, EventPoster(through_proxy), lambda: spec)(ctx))
+    deadline = asyncio.get_running_loop().time() + 30
+    while not fault.fired:
+        assert not task.done(), task
+        assert asyncio.get_running_loop().time() < deadline, f"{what} was never sent"
+        await asyncio.sleep(0.05)
+    ctx.request_stop(SHUTDOWN)
+    with pytest.raises(RunInterrupted, match="stopping"):
+        await asyncio.wait_for(task, 2)

@@ -34,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ..engine import RunContext, RunFailed, RunInterrupted
 from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN, TIMEOUT
@@ -61,6 +62,31 @@ from .podwatch import PodWatch, interest_in, wait_for_change
 from .spec import JobSpec, pod_name, run_name
 
 log = logging.getLogger("anarchon.kube.runner")
+
+
+async def _unless_shutdown(ctx: RunContext, work: Coroutine[Any, Any, None]) -> None:
+    """Await the attempt's ``work``; on shutdown, abandon it at once.
+
+    A shutdown hands the attempt over as it stands: its Pod, if it has one, runs on, and the
+    backup that takes the run next reads from the API server what this attempt got done (a
+    create whose reply never came is found by its name; a status write is superseded by the
+    next attempt's). So nothing the work still waits for (a request the API server holds up,
+    its retries, the job's status refresh) is worth holding the hand-over for, while the
+    engine would wait its whole stop grace for it. Any other stop (timeout, replaced, fenced)
+    is the work's own to act on: it is awaited.
+    """
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(ctx.stop.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and ctx.stop_reason == SHUTDOWN:
+            task.cancel()
+            await asyncio.wait({task})
+            raise RunInterrupted(f"{ctx.instance} stopping: the run is left as it stands for a backup")
+        await task
+    finally:
+        stop.cancel()
+        task.cancel()  # only if we were cancelled ourselves: the engine gave up on the attempt
 
 
 class PodRunner:
@@ -89,7 +115,7 @@ class PodRunner:
 
     async def __call__(self, ctx: RunContext) -> None:
         try:
-            await self._attempt(ctx)
+            await _unless_shutdown(ctx, self._attempt(ctx))
         except (RunFailed, RunInterrupted):
             raise
         except Exception as exc:
