@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,8 @@ class Replicas:
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs[name]
+        with open(self.log_dir / f"{name}.log", "a") as log:  # the moment, for reading the log after
+            log.write(f"{datetime.now():%Y-%m-%d %H:%M:%S,%f} TEST: sending {signal.Signals(sig).name}\n")
         os.kill(proc.pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
             proc.wait(timeout=30)

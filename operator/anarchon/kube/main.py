@@ -74,6 +74,11 @@ def build_registry(
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
+        # On SIGTERM kopf gives busy event handlers this long before it cancels them, and only
+        # then runs the cleanup handler that hands running attempts over: its default (2 s)
+        # would be most of the hand-over's time. A handler cut short is redone by whichever
+        # replica gets the job's next event, as after a SIGKILL.
+        settings.queueing.exit_timeout = 0.5
         if namespaced:
             settings.scanning.disabled = True
 
