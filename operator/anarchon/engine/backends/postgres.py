@@ -52,6 +52,10 @@ from ..errors import ConfigError, StoreError
 from ..model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
 
 T = TypeVar("T")
+
+#: After a call's timeout, how long psycopg may try to cancel the statement on the server
+#: before the connection is given up: a server that is alive answers a cancel at once.
+CANCEL_GRACE_S = 1.0
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 # Identifiers are derived from the table name by suffixes (``_takeover_v1``, ``_schedules``...),
@@ -361,7 +365,7 @@ class PostgresBackend(LeaseBackend):
     def _error(self, exc: BaseException) -> StoreError:
         """A StoreError naming the server but never the password."""
         if isinstance(exc, TimeoutError):
-            message = f"no answer within {self._command_timeout_s}s (statement cancelled)"
+            message = f"no answer within {self._command_timeout_s}s"
         else:
             message = str(exc).strip() or type(exc).__name__
         if self._password:
@@ -394,8 +398,7 @@ class PostgresBackend(LeaseBackend):
             conn: Conn | None = None
             try:
                 conn = self._idle.pop() if self._idle else await self._connect()
-                async with asyncio.timeout(self._command_timeout_s):
-                    result = await op(conn)
+                result = await self._bounded(op(conn))
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 if conn is None or conn.broken or conn.closed:
                     # The server is gone (restart, network): the idle connections most
@@ -419,6 +422,33 @@ class PostgresBackend(LeaseBackend):
             else:
                 self._idle.append(conn)
             return result
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """Await a call on a connection for ``command_timeout_s``, then end it promptly.
+
+        On the timeout psycopg is interrupted; it then asks the server to cancel the statement
+        (so that a slow claim cannot commit behind its caller's back) and waits for the
+        statement to end, up to 5 s each. A frozen server answers neither, and the call would
+        last 10 s past its timeout: after :data:`CANCEL_GRACE_S` it is interrupted once more,
+        and psycopg closes the connection (psycopg#1435). Raises TimeoutError.
+        """
+        if self._command_timeout_s is None:
+            return await call
+        task = asyncio.ensure_future(call)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self._command_timeout_s)
+            if task in done:
+                return task.result()
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved: the TimeoutError below says what happened
+            raise TimeoutError
+        finally:
+            task.cancel()  # a no-op once it ended; else we were cancelled ourselves
 
     async def _rows(self, query: bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def op(conn: Conn) -> list[tuple[Any, ...]]:
