@@ -106,6 +106,8 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     assert props["timeZone"]["pattern"] == S.TIME_ZONE_PATTERN
     assert props["timeZone"]["maxLength"] == S.MAX_TIME_ZONE_LENGTH
     assert (props["maxAttempts"]["minimum"], props["maxAttempts"]["maximum"]) == (S.MIN_ATTEMPTS, S.MAX_ATTEMPTS)
+    for name in ("successfulRunsHistoryLimit", "failedRunsHistoryLimit"):
+        assert (props[name]["minimum"], props[name]["maximum"]) == (0, L.MAX_HISTORY_LIMIT), name
     assert props["overlap"]["enum"] == ["Skip", "Allow", "Replace"]
     assert props["catchUp"]["properties"]["policy"]["enum"] == ["None", "Latest", "All"]
 

@@ -334,7 +334,12 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
         {"retries": {"limit": 1, "backoff": "7m"}},
         "spec.retries.maxBackoff: must not be shorter than spec.retries.backoff (7m), got 6m",
     ),
-    ("successful history", {"successfulRunsHistoryLimit": -1}, "spec.successfulRunsHistoryLimit: must be at least 0"),
+    ("successful history", {"successfulRunsHistoryLimit": -1}, "spec.successfulRunsHistoryLimit: must be between 0"),
+    (
+        "failed history too long",
+        {"failedRunsHistoryLimit": 1001},
+        "spec.failedRunsHistoryLimit: must be between 0 and 1000, got 1001",
+    ),
     ("failed history", {"failedRunsHistoryLimit": 1.5}, "spec.failedRunsHistoryLimit: expected an integer"),
     ("no template", {"template": None}, "spec.template: required"),
     ("template not an object", {"template": []}, "spec.template: expected an object"),

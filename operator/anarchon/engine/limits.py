@@ -53,6 +53,12 @@ MIN_STARTING_DEADLINE_OVER_JITTER_MS: Final = 1_000
 MIN_ATTEMPTS: Final = 1
 MAX_ATTEMPTS: Final = 10
 
+#: Runs kept per outcome (``successfulRunsHistoryLimit``, ``failedRunsHistoryLimit``). Each kept
+#: run is an AnarchonRun and a Pod, and every status refresh of the job lists all of them: at a
+#: thousand the refresh already reads megabytes. A longer record of what ran belongs in logs
+#: or metrics, not in live objects (CronJob users who set 10,000 met the same wall in etcd).
+MAX_HISTORY_LIMIT: Final = 1_000
+
 #: Slots a run may have, in ms since 1970-01-01T00:00:00Z: from the epoch to the last
 #: millisecond of year 9999. Every store holds them (PostgreSQL ``bigint``, SQLite ``INTEGER``,
 #: Redis integers all stop at 2**63 - 1) and Python's ``datetime`` can show them; a slot outside

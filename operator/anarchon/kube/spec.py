@@ -28,6 +28,7 @@ from anarchon.engine.errors import ScheduleError
 from anarchon.engine.job import JobOptions
 from anarchon.engine.limits import (
     MAX_ATTEMPTS,
+    MAX_HISTORY_LIMIT,
     MAX_JITTER_MS,
     MAX_RETRIES,
     MAX_RETRY_BACKOFF_MS,
@@ -467,8 +468,12 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     )
     max_attempts = r.integer(_default(spec, "maxAttempts"), "spec.maxAttempts", low=MIN_ATTEMPTS, high=MAX_ATTEMPTS)
     suspend = r.boolean(_default(spec, "suspend"), "spec.suspend")
-    successful = r.integer(_default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0)
-    failed = r.integer(_default(spec, "failedRunsHistoryLimit"), "spec.failedRunsHistoryLimit", low=0)
+    successful = r.integer(
+        _default(spec, "successfulRunsHistoryLimit"), "spec.successfulRunsHistoryLimit", low=0, high=MAX_HISTORY_LIMIT
+    )
+    failed = r.integer(
+        _default(spec, "failedRunsHistoryLimit"), "spec.failedRunsHistoryLimit", low=0, high=MAX_HISTORY_LIMIT
+    )
     retries = _parse_retries(spec, r)
     template = _parse_template(spec, r)
 
