@@ -312,3 +312,41 @@ async def test_finish_refuses_non_outcomes(lease_backend: LeaseBackend, job_name
     await lease_backend.claim(req(job_name, 1, token="t"))
     with pytest.raises(ValueError):
         await lease_backend.finish(job_name, 1, "t", NOW, outcome)
+
+
+async def test_expired_runs_are_the_active_runs_whose_lease_ended_newest_first(
+    lease_backend: LeaseBackend, job_name: str
+) -> None:
+    """The backups' sweep: one question for every job, "whose lease ran out by now?".
+
+    Later than every other test's runs (the store is shared), so that the test's runs come
+    first whatever other tests left behind.
+    """
+    t = NOW + 10**9
+    a, b = job_name, job_name + "-b"
+    for slot in (1, 2, 3, 4):
+        assert (await lease_backend.claim(req(a, slot, token=f"a{slot}", now=t + slot))).won
+    assert await lease_backend.heartbeat(a, 2, "a2", t + LEASE, LEASE)  # lease until t + 2 LEASE
+    assert await lease_backend.finish(a, 3, "a3", t + 10, RunState.SUCCEEDED)  # final: never expired
+    assert await lease_backend.release(a, 4, "a4", t + 20, "handed over")  # expired at t + 20
+    assert (await lease_backend.claim(req(b, 1, token="b1", now=t + 30))).won
+
+    async def expired(now: int, limit: int = 100) -> list[tuple[str, int]]:
+        runs = await lease_backend.expired_runs(now, limit)
+        assert all(r.state.active for r in runs)
+        return [(r.job, r.slot) for r in runs if r.job in (a, b)]
+
+    assert await expired(t + 19) == []
+    assert await expired(t + 20) == [(a, 4)]
+    assert await expired(t + LEASE + 1) == [(a, 1), (a, 4)]
+    assert await expired(t + LEASE + 30) == [(b, 1), (a, 1), (a, 4)]
+    assert await expired(t + LEASE + 30, limit=1) == [(b, 1)]
+    # Taken over: the new attempt's lease counts. Given up: final, gone from the sweep.
+    taken = await lease_backend.takeover(TakeoverRequest(b, 1, "c", "b1-2", t + LEASE + 40, LEASE, 3))
+    assert taken.won
+    gave_up = await lease_backend.takeover(TakeoverRequest(a, 4, "c", "a4-2", t + LEASE + 40, LEASE, 1))
+    assert not gave_up.won and gave_up.run is not None and gave_up.run.state is RunState.INTERRUPTED
+    assert await expired(t + LEASE + 40) == [(a, 1)]
+    assert await expired(t + 2 * LEASE + 40) == [(b, 1), (a, 2), (a, 1)]
+    await lease_backend.forget_job(a)
+    assert await expired(t + 2 * LEASE + 40) == [(b, 1)]

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from redis.commands.core import AsyncScript
 from redis.crc import key_slot
 
 from anarchon.engine import (
@@ -85,6 +84,7 @@ async def test_key_layout_and_types(backend: RedisBackend, prefix: str) -> None:
             f"{prefix}:{{sync}}:runs",
             f"{prefix}:{{sync}}:schedule",
             f"{prefix}:{{sync}}:epoch",
+            f"{prefix}:leases",
         ]
     )
     assert await r.type(f"{prefix}:{{sync}}:run:1000") == "hash"
@@ -95,8 +95,12 @@ async def test_key_layout_and_types(backend: RedisBackend, prefix: str) -> None:
     fields = await r.hgetall(f"{prefix}:{{sync}}:run:1000")
     assert fields["state"] == "Succeeded" and fields["token"] == "t1" and "error" not in fields
     assert await r.hgetall(f"{prefix}:{{sync}}:schedule") == {"fingerprint": "every:1000", "since": str(NOW)}
+    # The one index of leases across jobs: the active run's key, scored by its lease's end.
+    assert await r.zrange(f"{prefix}:leases", 0, -1, withscores=True) == [
+        (f"{prefix}:{{sync}}:run:2000", float(NOW + LEASE))
+    ]
     # Every key of the job is in one cluster hash slot, the one of the bare job name.
-    assert {key_slot(str(k).encode()) for k in keys} == {key_slot(b"sync")}
+    assert {key_slot(str(k).encode()) for k in keys if "{" in k} == {key_slot(b"sync")}
 
 
 @pytest.mark.parametrize("job", ["a{b", "a}b", "}x", "{y}", "%7B", "", "sp ace:colon"])
@@ -123,18 +127,14 @@ async def test_prefixes_isolate_stores(redis_url: str, prefix: str) -> None:
         assert (await b.claim(req("j", 1))).won
 
 
-async def test_every_script_stays_in_the_jobs_cluster_slot(prefix: str) -> None:
-    """On a real (one-node) Redis Cluster, every operation stays in the job's hash slot,
-    including those that reach other runs of the job (Replace, active_runs, history, prune,
-    retention trimming).
+async def test_a_redis_cluster_is_refused_with_a_clear_error(prefix: str) -> None:
+    """On a real (one-node) Redis Cluster, setup() says why the lease store cannot work there.
 
-    Redis 7 refuses a script that touches a key outside the slot of its declared keys only if
-    the script starts with a ``#!lua`` shebang (scripts without one keep the old, lax rules,
-    and the backend's have none so as to run on Redis 6 too); so here the backend's scripts
-    are registered again with one.
+    Its scripts keep one index of every job's leases (the backups' one query a heartbeat)
+    beside the job's own keys: two hash slots, which a Cluster refuses at the first claim
+    with CROSSSLOT (or, for scripts without a ``#!lua`` shebang, runs on the wrong node).
     """
     import redis.asyncio as aioredis
-    from redis.exceptions import ResponseError
 
     cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
     # The bus port defaults to port + 10000, impossible above 55535: give it a free one.
@@ -142,36 +142,10 @@ async def test_every_script_stays_in_the_jobs_cluster_slot(prefix: str) -> None:
     client = aioredis.Redis.from_url(server.url, decode_responses=True)
     try:
         await client.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")  # type: ignore[no-untyped-call]
-        for _ in range(100):
-            if "cluster_state:ok" in await client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
-                break
-            await asyncio.sleep(0.05)
-        # The server does enforce it, so this test can fail:
-        probe = client.register_script("#!lua\nreturn redis.call('GET', ARGV[1])")
-        with pytest.raises(ResponseError, match="same slot"):
-            await probe(keys=["{a}x"], args=["{b}y"])
-        async with RedisBackend(server.url, prefix=prefix, retention_ms=60_000) as b:
-            assert isinstance(b, RedisBackend)
-            for attr in list(vars(b)):
-                script = getattr(b, attr)
-                if isinstance(script, AsyncScript):
-                    setattr(b, attr, b.client.register_script("#!lua\n" + str(script.script)))
-            assert str(b._claim.script).startswith("#!lua")
-            for job in ("sync", "a{b}c", ""):
-                assert (await b.claim(req(job, 1, token="t1"))).won
-                assert (await b.claim(req(job, 2, token="t2", overlap=Overlap.SKIP))).outcome is ClaimOutcome.SKIPPED
-                replaced = await b.claim(req(job, 3, token="t3", overlap=Overlap.REPLACE))
-                assert [r.slot for r in replaced.replaced] == [1]
-                assert await b.heartbeat(job, 3, "t3", NOW + 1, LEASE)
-                assert await b.release(job, 3, "t3", NOW + 2, "stop")
-                assert (await b.takeover(TakeoverRequest(job, 3, "b", "t4", NOW + 3, LEASE, 3))).won
-                assert await b.finish(job, 3, "t4", NOW + 4, RunState.SUCCEEDED)
-                assert (await b.claim(req(job, 4, token="t5", now=NOW + 120_000))).won
-                assert [r.slot for r in await b.active_runs(job)] == [4]
-                assert [r.slot for r in await b.history(job)] == [4, 3, 2, 1]
-                assert await b.schedule_since(job, "every:1000", NOW) == NOW
-                assert await b.prune(job, 4) == 3
-                assert await b.last_slot(job) == 4
+        backend = RedisBackend(server.url, prefix=prefix)
+        with pytest.raises(ConfigError, match="Redis Cluster node: the redis:// lease store needs one primary"):
+            await backend.setup()
+        await backend.close()
     finally:
         await client.aclose()
         server.stop()
@@ -619,3 +593,32 @@ async def test_a_burst_beyond_the_pool_waits_for_a_connection_instead_of_failing
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, f"{len(errors)} calls failed, e.g. {errors[0]!r}"
     assert results == [None] * 300
+
+
+async def test_runs_of_an_earlier_version_get_into_the_leases_index(backend: RedisBackend) -> None:
+    """A rolling upgrade from a version without ``P:leases``: its runs must not be invisible
+    to the new instances' sweep, or a run an old instance hands over on its way out would
+    never be taken over."""
+    r, leases = backend.client, backend.leases_key()
+
+    async def expired(now: int) -> list[tuple[str, int]]:
+        return [(x.job, x.slot) for x in await backend.expired_runs(now, 10)]
+
+    # Claimed by an earlier version: no index entry.
+    assert (await backend.claim(req("old", 1, token="t1"))).won
+    await r.zrem(leases, backend.run_key("old", 1))
+    assert await expired(NOW + LEASE) == []
+    # A new instance starts: it notes the job's schedule, which indexes the job's active runs.
+    await backend.schedule_since("old", "every:1000", NOW)
+    assert await expired(NOW + LEASE) == [("old", 1)]
+    # A new instance loses a claim to such a run: indexed too.
+    assert (await backend.claim(req("old2", 1, token="t2"))).won
+    await r.zrem(leases, backend.run_key("old2", 1))
+    assert (await backend.claim(req("old2", 1, token="t3"))).outcome is ClaimOutcome.TAKEN
+    assert await r.zscore(leases, backend.run_key("old2", 1)) == NOW + LEASE
+    # The earlier version's heartbeats push the lease but not the entry: the sweep moves the
+    # entry to the lease instead of reporting the run expired.
+    await r.hset(backend.run_key("old2", 1), "lease_until", str(NOW + 10 * LEASE))
+    assert await expired(NOW + LEASE) == [("old", 1)]
+    assert await r.zscore(leases, backend.run_key("old2", 1)) == NOW + 10 * LEASE
+    assert await expired(NOW + 10 * LEASE) == [("old2", 1), ("old", 1)]

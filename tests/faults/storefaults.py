@@ -87,6 +87,10 @@ class FaultyStore(LeaseBackend):
         runs: list[Run] = await self._through("active_runs", lambda: self.inner.active_runs(job))
         return runs
 
+    async def expired_runs(self, now_ms: int, limit: int) -> list[Run]:
+        runs: list[Run] = await self._through("expired_runs", lambda: self.inner.expired_runs(now_ms, limit))
+        return runs
+
     async def last_slot(self, job: str) -> int | None:
         slot: int | None = await self._through("last_slot", lambda: self.inner.last_slot(job))
         return slot

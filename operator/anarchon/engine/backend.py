@@ -114,7 +114,7 @@ class LeaseBackend(Backend):
 
     @abstractmethod
     async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
-        """End the current attempt as Interrupted and expire the lease at once.
+        """End the current attempt as Interrupted and expire the lease at once (it ends at ``now_ms``).
 
         Used for hand-over on stop and when a handler knows its attempt is lost, so that
         the next attempt does not wait for the lease to run out.
@@ -136,6 +136,18 @@ class LeaseBackend(Backend):
     @abstractmethod
     async def active_runs(self, job: str) -> list[Run]:
         """Runs of ``job`` in Claimed or Running, oldest first."""
+
+    @abstractmethod
+    async def expired_runs(self, now_ms: int, limit: int) -> list[Run]:
+        """Active runs of every job whose lease ran out by ``now_ms`` (or was released).
+
+        One query however many jobs the store holds, read from an index of leases by expiry:
+        it is what every instance's backup sweep asks, every heartbeat, so an instance with
+        10,000 idle jobs costs the store one cheap query per heartbeat, not 10,000. At most
+        ``limit`` runs, the most recently expired first (:meth:`release` ends a lease at its
+        ``now_ms``): runs of jobs that no instance runs any more (their lease ran out long ago
+        and nobody takes them over) come last and never hide a fresh one.
+        """
 
     @abstractmethod
     async def last_slot(self, job: str) -> int | None:

@@ -1,14 +1,14 @@
-"""One job's life on one instance: compute slots, claim them, run what it wins, back up the rest.
+"""One job's life on one instance: compute slots, claim them, run what it wins.
 
 Every instance runs the same loop for the same job. The loop never asks the others
 anything: the slot numbers agree because they come from the schedule alone, and the store
-decides who wins each one. Three concerns live here, each in its own coroutine:
+decides who wins each one. Two concerns live here, each in its own coroutine:
 
 * the slot loop: wait for the next slot, then (after jitter) claim it;
-* catch-up, once at start: the slots missed while no instance ran, per policy;
-* the backup loop (lease stores): look at the job's active runs and take over any whose lease
-  ran out or was released on shutdown; every half to one heartbeat while another instance
-  holds a run of the job, every one to two heartbeats otherwise.
+* catch-up, once at start: the slots missed while no instance ran, per policy.
+
+Backing up the others is not per job: the instance's one sweep (:mod:`.backups`) finds the
+runs whose lease ran out, across all jobs, and hands each to its job's :meth:`JobLoop.take_over`.
 """
 
 from __future__ import annotations
@@ -92,11 +92,6 @@ class JobLoop:
         self._since_ms: int | None = None
         #: Until when claims wait, after the store said it lost its state (:class:`StoreLostState`).
         self._held_until_ms = 0
-        #: Until when the backup loop looks at the job's runs every heartbeat: another instance
-        #: holds one (a claim said so, or the last look found one). The first look comes within
-        #: a heartbeat of the start: a restarted instance learns at once what its peers run.
-        self._watch_until_ms = clock.now_ms() + self._opts.heartbeat_ms
-        self._watch = asyncio.Event()
 
     @property
     def job(self) -> Job:
@@ -105,6 +100,10 @@ class JobLoop:
     @property
     def options(self) -> ResolvedOptions:
         return self._opts
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     @property
     def running_slots(self) -> list[int]:
@@ -130,8 +129,6 @@ class JobLoop:
         if self._main:
             return
         self._main.append(asyncio.create_task(self._slot_loop(), name=f"anarchon-slots:{self._job.name}"))
-        if isinstance(self.backend, LeaseBackend):
-            self._main.append(asyncio.create_task(self._backup_loop(), name=f"anarchon-backup:{self._job.name}"))
 
     async def stop(self, *, handover: bool = True) -> None:
         """Stop claiming; hand running attempts over (release their leases) or cancel them."""
@@ -350,18 +347,7 @@ class JobLoop:
             if mine is not None:
                 result = ClaimResult(ClaimOutcome.WON, mine)
         self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
-        if result.outcome is not ClaimOutcome.WON:
-            self.watch_others()
         return result
-
-    def watch_others(self) -> None:
-        """Another instance holds a run of this job: the backup loop looks within a heartbeat.
-
-        Called from the claim and backup paths, and by a caller that learnt of a run another
-        way (the operator: a manual trigger a peer handled).
-        """
-        self._watch_until_ms = max(self._watch_until_ms, self.clock.now_ms() + self._opts.heartbeat_ms)
-        self._watch.set()
 
     async def _mine(self, backend: LeaseBackend, slot: int, token: str) -> Run | None:
         """The run if our token holds it: a claim or takeover whose reply was lost did go through."""
@@ -390,6 +376,10 @@ class JobLoop:
                 self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms
             )
             self._running[run.slot] = runner
+            if self._stopping:
+                # Won (a takeover) while stopping began: hand it straight back, as stop() did
+                # for the attempts already running.
+                runner.ctx.request_stop(SHUTDOWN)
             try:
                 await runner.run()
             finally:
@@ -411,44 +401,16 @@ class JobLoop:
 
     # -- backups ---------------------------------------------------------------------------------
 
-    async def _backup_loop(self) -> None:
-        """Look at the job's active runs; take over those whose lease ran out or was released.
+    async def take_over(self, run: Run) -> None:
+        """Run the next attempt of ``run``, whose lease the sweep found expired, if the store agrees.
 
-        While another instance holds a run of the job (its claim of a slot found it taken, or
-        the last look found one), look every half to one heartbeat: a lease released on
-        shutdown (a hand-over) is taken within a heartbeat. Otherwise every one to two
-        heartbeats: a run claimed out of sight (a manual trigger sent to one instance, a peer's
-        catch-up) is seen within two, and its takeover comes within a lease and two heartbeats
-        of a death.
+        Several instances may try at once; the store lets one win. Nothing is tried for a run
+        this instance runs itself, or once it is stopping (it would hand the run straight back).
         """
         assert isinstance(self.backend, LeaseBackend)
         backend = self.backend
-        while True:
-            opts = self._opts
-            self._watch.clear()
-            if self.clock.now_ms() < self._watch_until_ms:
-                await self.clock.sleep(int(opts.heartbeat_ms * self.rng.uniform(0.5, 1.0)))
-            elif await _sleep_unless(
-                self.clock.sleep(int(opts.heartbeat_ms * self.rng.uniform(1.0, 2.0))), self._watch
-            ):
-                continue  # a claim found another instance's run: from now on, look every heartbeat
-            if self._stopping:
-                return
-            try:
-                active = await backend.active_runs(self._job.name)
-            except StoreError as exc:
-                self.listener.store_error("active_runs", self._job.name, str(exc))
-                self.watch_others()  # what the store holds is unknown: keep looking closely
-                continue
-            now = self.clock.now_ms()
-            for run in active:
-                if run.slot in self._running:
-                    continue
-                self.watch_others()
-                if run.lease_expired(now):
-                    await self._try_takeover(backend, run)
-
-    async def _try_takeover(self, backend: LeaseBackend, run: Run) -> None:
+        if self._stopping or run.slot in self._running:
+            return
         opts = self._opts
         # An attempt handed over on shutdown did not fail: it does not use up one of the tries.
         handed_over = sum(1 for a in run.attempts if (a.error or "").startswith(HANDED_OVER))

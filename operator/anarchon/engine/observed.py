@@ -91,6 +91,9 @@ class ObservedLeaseBackend(ObservedBackend, LeaseBackend):
     async def active_runs(self, job: str) -> list[Run]:
         return await self._timed("active_runs", lambda: self.inner.active_runs(job))
 
+    async def expired_runs(self, now_ms: int, limit: int) -> list[Run]:
+        return await self._timed("expired_runs", lambda: self.inner.expired_runs(now_ms, limit))
+
     async def last_slot(self, job: str) -> int | None:
         return await self._timed("last_slot", lambda: self.inner.last_slot(job))
 

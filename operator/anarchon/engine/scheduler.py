@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .backend import Backend, LeaseBackend
+from .backups import BackupSweep
 from .clock import Clock, SystemClock
 from .durations import parse_duration
 from .errors import ConfigError
@@ -87,6 +88,7 @@ class Scheduler:
         self.listener = listener or EngineListener()
         self.rng = rng or random.Random()
         self._loops: dict[str, JobLoop] = {}
+        self._sweep: BackupSweep | None = None
         self._started = False
         self._stopped = asyncio.Event()
 
@@ -137,9 +139,15 @@ class Scheduler:
         self._started = True
         for loop in self._loops.values():
             loop.start()
+        if isinstance(self.backend, LeaseBackend) and self._sweep is None:
+            self._sweep = BackupSweep(self.backend, self._loops, clock=self.clock, listener=self.listener, rng=self.rng)
+            self._sweep.start()
 
     async def stop(self, *, handover: bool = True) -> None:
         """Stop every job; with ``handover`` running attempts release their leases."""
+        sweep, self._sweep = self._sweep, None
+        if sweep is not None:
+            await sweep.stop()
         loops = list(self._loops.values())
         await asyncio.gather(*(loop.stop(handover=handover) for loop in loops), return_exceptions=True)
         self._started = False

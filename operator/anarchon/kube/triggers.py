@@ -66,11 +66,8 @@ class Triggers:
             return
         self._seen[key] = trigger
         if trigger == handled:
-            # A peer claimed this manual run before we saw it: back it up as closely as a
-            # scheduled run, whose claim every replica contests (a hand-over within a heartbeat).
-            loop = self.scheduler.jobs.get(key)
-            if loop is not None:
-                loop.watch_others()
+            # A peer claimed this manual run before we saw it; the backup sweep covers it
+            # like any other run.
             return
         try:
             await self._manual(spec, key, trigger)

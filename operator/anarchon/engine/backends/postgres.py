@@ -2,7 +2,9 @@
 
 Layout. One row per run in ``anarchon_runs`` (primary key ``(job, slot)``, the attempts as
 ``jsonb``), a partial index over the active runs (Claimed, Running) so that the overlap
-check and :meth:`active_runs` read a handful of index entries however long the history, and
+check and :meth:`active_runs` read a handful of index entries however long the history, a
+second one over the active runs' lease ends so that the backups' :meth:`expired_runs` of all
+jobs reads only the few leases that ran out, and
 ``anarchon_schedules`` for :meth:`schedule_since`, and three PL/pgSQL/SQL functions whose
 names carry a version (``anarchon_runs_claim_v1``...). :meth:`setup` looks them up, and only
 if something is missing creates it with ``IF NOT EXISTS`` / ``OR REPLACE``, serialized by a
@@ -96,6 +98,7 @@ CREATE TABLE IF NOT EXISTS {runs} (
     PRIMARY KEY (job, slot)
 );
 CREATE INDEX IF NOT EXISTS {active_index} ON {runs} (job, slot) WHERE state IN ('Claimed', 'Running');
+CREATE INDEX IF NOT EXISTS {lease_index} ON {runs} (lease_until) WHERE state IN ('Claimed', 'Running');
 CREATE TABLE IF NOT EXISTS {schedules} (
     job text PRIMARY KEY,
     fingerprint text NOT NULL,
@@ -291,6 +294,7 @@ class PostgresBackend(LeaseBackend):
             "runs": ident(table),
             "schedules": ident(schedules),
             "active_index": ident(f"{table}_active"),
+            "lease_index": ident(f"{table}_lease"),
             # Versioned, so that during a rolling upgrade old and new instances can call
             # each their own functions on the same table (CREATE OR REPLACE cannot change
             # a signature, and must not change the semantics under the old instances).
@@ -309,12 +313,15 @@ class PostgresBackend(LeaseBackend):
         self._q_schema = sql.SQL(_SCHEMA).format(**names, **pieces).as_bytes(None)
         # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
         # like every query here).
-        objects = ("runs", "schedules", "active_index", "close_fn", "claim_fn", "takeover_fn")
-        self._schema_objects = tuple(names[key].as_string(None) for key in objects)
+        relations = ("runs", "schedules", "active_index", "lease_index")
+        functions = ("close_fn", "claim_fn", "takeover_fn")
+        self._schema_objects = tuple(names[key].as_string(None) for key in (*relations, *functions))
         self._q_schema_exists = (
-            b"SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL"
-            b" AND to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL"
-        )
+            "SELECT "
+            + " AND ".join(
+                ["to_regclass(%s) IS NOT NULL"] * len(relations) + ["to_regproc(%s) IS NOT NULL"] * len(functions)
+            )
+        ).encode()
         self._setup_lock_key = f"anarchon-setup:{table}"
         self._q_claim = q(
             "SELECT * FROM {claim_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
@@ -334,11 +341,15 @@ class PostgresBackend(LeaseBackend):
         )
         self._q_release = q(
             "UPDATE {runs} SET attempts = {close_fn}(attempts, %s::bigint, 'Interrupted', %s::text),"
-            f" lease_until = 0, error = %s::text, updated = %s::bigint WHERE {_FENCE}"
+            f" lease_until = %s::bigint, error = %s::text, updated = %s::bigint WHERE {_FENCE}"
         )
         self._q_get = q(f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s AND slot = %s")
         self._q_active = q(
             f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s AND state IN ('Claimed', 'Running') ORDER BY slot"
+        )
+        self._q_expired = q(
+            f"SELECT {_COLUMNS} FROM {{runs}} WHERE state IN ('Claimed', 'Running') AND lease_until <= %s"
+            " ORDER BY lease_until DESC LIMIT %s"
         )
         self._q_last = q("SELECT max(slot) FROM {runs} WHERE job = %s")
         self._q_history = q(f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s ORDER BY slot DESC LIMIT %s")
@@ -539,7 +550,7 @@ class PostgresBackend(LeaseBackend):
         return await self._rowcount(self._q_finish, params) == 1
 
     async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
-        return await self._rowcount(self._q_release, (now_ms, reason, reason, now_ms, job, slot, token)) == 1
+        return await self._rowcount(self._q_release, (now_ms, reason, now_ms, reason, now_ms, job, slot, token)) == 1
 
     # -- reads and housekeeping ---------------------------------------------------------
     async def get_run(self, job: str, slot: int) -> Run | None:
@@ -548,6 +559,9 @@ class PostgresBackend(LeaseBackend):
 
     async def active_runs(self, job: str) -> list[Run]:
         return [_row_to_run(r) for r in await self._rows(self._q_active, (job,))]
+
+    async def expired_runs(self, now_ms: int, limit: int) -> list[Run]:
+        return [_row_to_run(r) for r in await self._rows(self._q_expired, (now_ms, limit))]
 
     async def last_slot(self, job: str) -> int | None:
         rows = await self._rows(self._q_last, (job,))

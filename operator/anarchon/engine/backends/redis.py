@@ -24,11 +24,18 @@ percent-encoded so that it is always exactly the hash tag)::
     P:{J}:schedule     hash   fingerprint, since
     P:{J}:expiring     zset   only with retention_ms: slots of final runs, score = when
                               their hash expires (so claims can trim the runs index)
+    P:leases           zset   the keys of every job's active runs, score = lease_until
 
-The ``{J}`` hash tag puts all keys of one job in one Redis Cluster slot, which is what lets
-a script touch the active runs of the job it claims for. Scripts compute the keys of other
-runs of the same job from the ``P:{J}:run:`` base they are given; they always stay inside
-that one hash slot.
+Scripts compute the keys of other runs of the same job from the ``P:{J}:run:`` base they are
+given. ``P:leases`` is what makes the backups' sweep one query for all jobs (see
+:meth:`LeaseBackend.expired_runs`); every script that changes a lease changes it in the same
+step. Because of it a script touches two hash slots, so the store needs one Redis primary
+(standalone, or Sentinel), not Redis Cluster (:meth:`RedisBackend.setup` refuses one).
+
+During a rolling upgrade from a version without ``P:leases``, the old instances' runs are
+indexed when an instance of this version starts (it notes every job's schedule) or loses a
+claim to one of them, and an entry behind its run's lease (an old instance heartbeats
+without moving it) is moved when the sweep meets it.
 
 Times are the caller's ``now_ms`` (see :mod:`anarchon.engine.backend`), never the server's
 clock, so every backend runs on the same injectable clock.
@@ -53,7 +60,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from .. import transitions
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
@@ -107,7 +114,7 @@ local function expire_final(key, member, expiring_key, retention, now)
 end
 """
 
-# KEYS: run, active, runs, expiring, epoch.  ARGV: run_base, job, slot, instance, token, now,
+# KEYS: run, active, runs, expiring, epoch, leases.  ARGV: run_base, job, slot, instance, token, now,
 # lease_until, overlap, attempts_json, retention, replace_reason, expected_epoch, fresh_epoch.
 # Returns {'lost', epoch} (nothing done) | {'taken', hgetall, epoch} | {'skipped', other_slot, epoch}
 # | {'won', {hgetall of replaced}..., epoch}.
@@ -131,6 +138,10 @@ if ARGV[12] ~= '' and epoch ~= ARGV[12] then
 end
 
 if redis.call('EXISTS', run_key) == 1 then
+  local held = redis.call('HMGET', run_key, 'state', 'lease_until')
+  if is_active(held[1]) then
+    redis.call('ZADD', KEYS[6], 'NX', held[2], run_key)  -- claimed by an earlier version: index it
+  end
   return {'taken', redis.call('HGETALL', run_key), epoch}
 end
 
@@ -168,6 +179,7 @@ if overlap == 'Replace' then
     redis.call('HSET', key, 'attempts', close_attempt(attempts, now, 'Interrupted', '1', reason),
       'state', 'Interrupted', 'error', reason, 'lease_until', '0', 'updated', now)
     redis.call('ZREM', active_key, m)
+    redis.call('ZREM', KEYS[6], key)
     expire_final(key, m, expiring_key, retention, now)
     table.insert(replaced, redis.call('HGETALL', key))
   end
@@ -178,6 +190,7 @@ redis.call('HSET', run_key, 'job', job, 'slot', slot, 'state', 'Claimed', 'attem
   'updated', now, 'attempts', attempts_json)
 redis.call('ZADD', active_key, slot, slot)
 redis.call('ZADD', runs_key, slot, slot)
+redis.call('ZADD', KEYS[6], lease_until, run_key)
 
 -- With a retention: drop from the runs index up to four runs whose hash has expired, so
 -- the index shrinks as fast as it grows (one claim adds one). The newest entry is kept,
@@ -196,7 +209,7 @@ return {'won', replaced, epoch}
 """
 )
 
-# KEYS: run.  ARGV: token, now, now + lease_ms.  Returns 1, or 0 when fenced off.
+# KEYS: run, leases.  ARGV: token, now, now + lease_ms.  Returns 1, or 0 when fenced off.
 _HEARTBEAT = """
 local st = redis.call('HMGET', KEYS[1], 'state', 'token', 'lease_until')
 if not st[1] or (st[1] ~= 'Claimed' and st[1] ~= 'Running') or st[2] ~= ARGV[1] then
@@ -207,6 +220,7 @@ if tonumber(ARGV[3]) > tonumber(lease) then
   lease = ARGV[3]
 end
 redis.call('HSET', KEYS[1], 'state', 'Running', 'lease_until', lease, 'updated', ARGV[2])
+redis.call('ZADD', KEYS[2], lease, KEYS[1])
 return 1
 """
 
@@ -221,7 +235,7 @@ if not st[1] or not is_active(st[1]) or st[2] ~= ARGV[1] then
 end"""
 )
 
-# KEYS: run, active, expiring.  ARGV: token, now, outcome, has_err, err, retention, slot.
+# KEYS: run, active, expiring, leases.  ARGV: token, now, outcome, has_err, err, retention, slot.
 _FINISH = (
     _LUA_FENCED
     + """
@@ -229,22 +243,24 @@ redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], ARGV[3], A
   'state', ARGV[3], 'lease_until', '0', 'updated', ARGV[2])
 set_error(KEYS[1], ARGV[4], ARGV[5])
 redis.call('ZREM', KEYS[2], ARGV[7])
+redis.call('ZREM', KEYS[4], KEYS[1])
 expire_final(KEYS[1], ARGV[7], KEYS[3], ARGV[6], ARGV[2])
 return 1
 """
 )
 
-# KEYS: run.  ARGV: token, now, reason.  The run stays active with an expired lease.
+# KEYS: run, leases.  ARGV: token, now, reason.  The run stays active with an expired lease.
 _RELEASE = (
     _LUA_FENCED
     + """
 redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], 'Interrupted', '1', ARGV[3]),
-  'lease_until', '0', 'error', ARGV[3], 'updated', ARGV[2])
+  'lease_until', ARGV[2], 'error', ARGV[3], 'updated', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[2], KEYS[1])
 return 1
 """
 )
 
-# KEYS: run, active, expiring.  ARGV: now, max_attempts, instance, token, lease_until, token_hash,
+# KEYS: run, active, expiring, leases.  ARGV: now, max_attempts, instance, token, lease_until, token_hash,
 # retention, slot.  Returns {'taken'} | {'taken', hgetall} | {'won', hgetall}.
 _TAKEOVER = (
     _LUA_COMMON
@@ -253,6 +269,7 @@ local key = KEYS[1]
 local now = ARGV[1]
 local st = redis.call('HMGET', key, 'state', 'lease_until', 'attempt', 'attempts', 'error')
 if not st[1] then
+  redis.call('ZREM', KEYS[4], key)  -- defensive: never left behind by these scripts
   return {'taken'}
 end
 if not is_active(st[1]) or tonumber(st[2]) > tonumber(now) then
@@ -267,6 +284,7 @@ if tonumber(st[3]) >= tonumber(ARGV[2]) then
   redis.call('HSET', key, 'attempts', attempts, 'updated', now, 'state', 'Interrupted',
     'error', 'gave up after attempt ' .. st[3] .. ' of ' .. ARGV[2] .. ': ' .. last_error, 'lease_until', '0')
   redis.call('ZREM', KEYS[2], ARGV[8])
+  redis.call('ZREM', KEYS[4], key)
   expire_final(key, ARGV[8], KEYS[3], ARGV[7], now)
   return {'taken', redis.call('HGETALL', key)}
 end
@@ -277,12 +295,21 @@ table.insert(list, {attempt = nxt, instance = ARGV[3], token_hash = ARGV[6], sta
 redis.call('HSET', key, 'attempts', cjson.encode(list), 'updated', now, 'attempt', tostring(nxt),
   'state', 'Claimed', 'instance', ARGV[3], 'token', ARGV[4], 'lease_until', ARGV[5])
 redis.call('HDEL', key, 'error')
+redis.call('ZADD', KEYS[4], ARGV[5], key)
 return {'won', redis.call('HGETALL', key)}
 """
 )
 
-# KEYS: schedule.  ARGV: fingerprint, now.  Returns since.
+# KEYS: schedule, active, leases.  ARGV: fingerprint, now, run_base.  Returns since.
+# Every instance calls it once per job when it starts: it also indexes the job's active runs
+# that an earlier version (without the leases index) claimed, so that backups see them.
 _SCHEDULE_SINCE = """
+for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local lease = redis.call('HGET', ARGV[3] .. m, 'lease_until')
+  if lease then
+    redis.call('ZADD', KEYS[3], 'NX', lease, ARGV[3] .. m)
+  end
+end
 local st = redis.call('HMGET', KEYS[1], 'fingerprint', 'since')
 if st[1] == ARGV[1] then
   return st[2]
@@ -324,7 +351,7 @@ end
 return {deleted, removed, #members}
 """
 
-# KEYS: runs, active, expiring, schedule.  ARGV: run_base, batch.  Returns how many runs remain indexed.
+# KEYS: runs, active, expiring, schedule, epoch, leases.  ARGV: run_base, batch.  Returns how many runs remain indexed.
 # Batched like prune (every run, active ones too, is in the runs index); the other index
 # keys and the fingerprint go with the last batch.
 _FORGET = """
@@ -332,6 +359,7 @@ local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 for _, m in ipairs(members) do
   redis.call('DEL', ARGV[1] .. m)
   redis.call('ZREM', KEYS[1], m)
+  redis.call('ZREM', KEYS[6], ARGV[1] .. m)
 end
 local left = redis.call('ZCARD', KEYS[1])
 if left == 0 then
@@ -346,6 +374,28 @@ local out = {}
 for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local h = redis.call('HGETALL', ARGV[1] .. m)
   if #h > 0 then
+    table.insert(out, h)
+  end
+end
+return out
+"""
+
+# KEYS: leases.  ARGV: now, limit.  The most recently expired first. An entry whose run is
+# gone or final is dropped on the way, and one behind its run's lease (a run an earlier
+# version heartbeats) is moved to it: these scripts leave neither behind.
+_EXPIRED_RUNS = """
+local out = {}
+for _, key in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'LIMIT', 0, tonumber(ARGV[2]))) do
+  local h = redis.call('HGETALL', key)
+  local run = {}
+  for i = 1, #h, 2 do
+    run[h[i]] = h[i + 1]
+  end
+  if run['state'] ~= 'Claimed' and run['state'] ~= 'Running' then
+    redis.call('ZREM', KEYS[1], key)
+  elseif tonumber(run['lease_until']) > tonumber(ARGV[1]) then
+    redis.call('ZADD', KEYS[1], run['lease_until'], key)
+  else
     table.insert(out, h)
   end
 end
@@ -453,7 +503,7 @@ def redact_url(url: str) -> str:
 
 
 class RedisBackend(LeaseBackend):
-    """Lease store on Redis or Valkey (standalone or behind a proxy; keys are cluster-ready).
+    """Lease store on Redis or Valkey: one primary (standalone, Sentinel or behind a proxy; not Cluster).
 
     ``retention_ms``: when set, every run that becomes final (Succeeded, Failed, Interrupted,
     Skipped) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
@@ -518,6 +568,7 @@ class RedisBackend(LeaseBackend):
         self._prune = client.register_script(_PRUNE)
         self._forget = client.register_script(_FORGET)
         self._active_runs = client.register_script(_ACTIVE_RUNS)
+        self._expired_runs = client.register_script(_EXPIRED_RUNS)
         self._history = client.register_script(_HISTORY)
         self._scripts: list[AsyncScript] = [
             self._claim,
@@ -529,6 +580,7 @@ class RedisBackend(LeaseBackend):
             self._prune,
             self._forget,
             self._active_runs,
+            self._expired_runs,
             self._history,
         ]
         self._retention = "" if retention_ms is None else str(retention_ms)
@@ -556,6 +608,10 @@ class RedisBackend(LeaseBackend):
     def schedule_key(self, job: str) -> str:
         return f"{self.job_prefix(job)}schedule"
 
+    def leases_key(self) -> str:
+        """``P:leases``: every job's active runs by when their lease ends (the backups' sweep)."""
+        return f"{self.prefix}:leases"
+
     def epoch_key(self, job: str) -> str:
         """``<id> <ms>``: written by the job's first claim; a different one means the store lost state."""
         return f"{self.job_prefix(job)}epoch"
@@ -577,6 +633,17 @@ class RedisBackend(LeaseBackend):
 
         async def work() -> None:
             await self._client.ping()
+            try:
+                cluster = (await self._client.info("cluster")).get("cluster_enabled")
+            except ResponseError:
+                cluster = None  # a proxy that does not pass INFO on: it fronts one primary
+            if str(cluster) == "1":
+                raise ConfigError(
+                    f"redis {self._safe_url} is a Redis Cluster node: the redis:// lease store needs one primary"
+                    " (standalone or Sentinel), because its index of every job's leases (one query a heartbeat"
+                    " for all backups) is updated in the same script as each run; the claim-only redis+ strategies"
+                    " work on a Cluster"
+                )
             for script in self._scripts:
                 script.sha = await self._client.script_load(script.script)
 
@@ -598,7 +665,7 @@ class RedisBackend(LeaseBackend):
         keys = [self.run_key(job, slot), self.active_key(job), self.runs_key(job), self.expiring_key(job)]
         reply = await self._call(
             lambda: self._claim(
-                keys=[*keys, self.epoch_key(job)],
+                keys=[*keys, self.epoch_key(job), self.leases_key()],
                 args=[
                     f"{self.job_prefix(job)}run:",
                     job,
@@ -657,7 +724,9 @@ class RedisBackend(LeaseBackend):
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
         reply = await self._call(
-            lambda: self._heartbeat(keys=[self.run_key(job, slot)], args=[token, str(now_ms), str(now_ms + lease_ms)])
+            lambda: self._heartbeat(
+                keys=[self.run_key(job, slot), self.leases_key()], args=[token, str(now_ms), str(now_ms + lease_ms)]
+            )
         )
         return int(reply) == 1
 
@@ -669,7 +738,7 @@ class RedisBackend(LeaseBackend):
             transitions.finish(None, token, now_ms, outcome, error)
         reply = await self._call(
             lambda: self._finish(
-                keys=[self.run_key(job, slot), self.active_key(job), self.expiring_key(job)],
+                keys=[self.run_key(job, slot), self.active_key(job), self.expiring_key(job), self.leases_key()],
                 args=[
                     token,
                     str(now_ms),
@@ -685,7 +754,7 @@ class RedisBackend(LeaseBackend):
 
     async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
         reply = await self._call(
-            lambda: self._release(keys=[self.run_key(job, slot)], args=[token, str(now_ms), reason])
+            lambda: self._release(keys=[self.run_key(job, slot), self.leases_key()], args=[token, str(now_ms), reason])
         )
         return int(reply) == 1
 
@@ -693,7 +762,7 @@ class RedisBackend(LeaseBackend):
         job, slot = request.job, request.slot
         reply = await self._call(
             lambda: self._takeover(
-                keys=[self.run_key(job, slot), self.active_key(job), self.expiring_key(job)],
+                keys=[self.run_key(job, slot), self.active_key(job), self.expiring_key(job), self.leases_key()],
                 args=[
                     str(request.now_ms),
                     str(request.max_attempts),
@@ -720,6 +789,10 @@ class RedisBackend(LeaseBackend):
         )
         return [_run_from_hash(_pairs(flat)) for flat in reply]
 
+    async def expired_runs(self, now_ms: int, limit: int) -> list[Run]:
+        reply = await self._call(lambda: self._expired_runs(keys=[self.leases_key()], args=[str(now_ms), str(limit)]))
+        return [_run_from_hash(_pairs(flat)) for flat in reply]
+
     async def last_slot(self, job: str) -> int | None:
         newest = await self._call(lambda: self._client.zrange(self.runs_key(job), 0, 0, desc=True))
         return int(_text(newest[0])) if newest else None
@@ -737,7 +810,10 @@ class RedisBackend(LeaseBackend):
 
     async def schedule_since(self, job: str, fingerprint: str, now_ms: int) -> int:
         reply = await self._call(
-            lambda: self._schedule_since(keys=[self.schedule_key(job)], args=[fingerprint, str(now_ms)])
+            lambda: self._schedule_since(
+                keys=[self.schedule_key(job), self.active_key(job), self.leases_key()],
+                args=[fingerprint, str(now_ms), f"{self.job_prefix(job)}run:"],
+            )
         )
         return int(_text(reply))
 
@@ -764,6 +840,7 @@ class RedisBackend(LeaseBackend):
             self.expiring_key(job),
             self.schedule_key(job),
             self.epoch_key(job),
+            self.leases_key(),
         ]
         self._epochs.pop(job, None)
         while True:

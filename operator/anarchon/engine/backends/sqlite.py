@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS anarchon_runs (
 );
 DROP INDEX IF EXISTS anarchon_runs_state;
 CREATE INDEX IF NOT EXISTS anarchon_runs_active ON anarchon_runs (job, slot) WHERE state IN ('Claimed', 'Running');
+CREATE INDEX IF NOT EXISTS anarchon_runs_lease ON anarchon_runs (lease_until) WHERE state IN ('Claimed', 'Running');
 CREATE TABLE IF NOT EXISTS anarchon_schedules (
     job TEXT PRIMARY KEY,
     fingerprint TEXT NOT NULL,
@@ -263,6 +264,21 @@ class SqliteBackend(LeaseBackend):
 
     async def active_runs(self, job: str) -> list[Run]:
         return await self._call(lambda: self._active(self._conn_or_fail(), job))
+
+    async def expired_runs(self, now_ms: int, limit: int) -> list[Run]:
+        def work() -> list[Run]:
+            rows = (
+                self._conn_or_fail()
+                .execute(
+                    f"SELECT {_COLUMNS} FROM anarchon_runs WHERE state IN ('Claimed', 'Running') AND lease_until <= ?"
+                    " ORDER BY lease_until DESC LIMIT ?",
+                    (now_ms, limit),
+                )
+                .fetchall()
+            )
+            return [_row_to_run(r) for r in rows]
+
+        return await self._call(work)
 
     async def last_slot(self, job: str) -> int | None:
         def work() -> int | None:
