@@ -350,3 +350,36 @@ async def test_expired_runs_are_the_active_runs_whose_lease_ended_newest_first(
     assert await expired(t + 2 * LEASE + 40) == [(b, 1), (a, 2), (a, 1)]
     await lease_backend.forget_job(a)
     assert await expired(t + 2 * LEASE + 40) == [(b, 1)]
+
+
+async def test_claim_many_answers_as_claims_one_after_the_other(lease_backend: LeaseBackend, job_name: str) -> None:
+    """A batch of claims (one pipeline, one transaction) decides each claim as if sent alone, in order."""
+    other = job_name + "-other"
+    assert (await lease_backend.claim(req(job_name, 1, token="held", overlap=Overlap.SKIP))).won
+    batch = [
+        req(job_name, 1, token="again"),  # the run exists: taken
+        req(job_name, 2, token="skip", overlap=Overlap.SKIP),  # slot 1 still active: skipped
+        req(other, 5, token="o5"),  # another job: won
+        req(other, 5, token="o5-bis"),  # the same run, later in the batch: taken by the one before
+        req(other, 6, token="o6", overlap=Overlap.REPLACE),  # replaces slot 5, claimed just before
+    ]
+    answers = await lease_backend.claim_many(batch)
+    assert not [a for a in answers if isinstance(a, BaseException)], answers
+    outcomes = [a.outcome for a in answers if not isinstance(a, BaseException)]
+    assert outcomes == [
+        ClaimOutcome.TAKEN,
+        ClaimOutcome.SKIPPED,
+        ClaimOutcome.WON,
+        ClaimOutcome.TAKEN,
+        ClaimOutcome.WON,
+    ]
+    replacing = answers[4]
+    assert not isinstance(replacing, BaseException) and [r.slot for r in replacing.replaced] == [5]
+    taken = answers[3]
+    assert not isinstance(taken, BaseException) and taken.run is not None and taken.run.token == "o5"
+    assert [r.slot for r in await lease_backend.active_runs(other)] == [6]
+    assert [(r.slot, r.state) for r in await lease_backend.history(job_name)] == [
+        (2, RunState.SKIPPED),
+        (1, RunState.CLAIMED),
+    ]
+    assert await lease_backend.claim_many([]) == []

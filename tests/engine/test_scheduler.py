@@ -488,3 +488,26 @@ async def test_stop_ends_even_when_the_store_client_swallows_the_cancellation(
     await sched.start()
     await asyncio.wait_for(looking.wait(), 10)
     await asyncio.wait_for(sched.stop(), 5)
+
+
+async def test_claims_of_jobs_due_together_go_to_the_store_together(
+    make_backend: Callable[[], LeaseBackend], clock: ScaledClock, job_name: str
+) -> None:
+    """Thirty jobs due at the same moment: a handful of round trips (claim_many), not thirty claims."""
+    ops: Counter[str] = Counter()
+    backend = observed(make_backend(), lambda operation, _s, _e: ops.update([operation]))
+    sched = Scheduler(backend, instance_id="batching", clock=clock)
+    calls = Calls(clock)
+    jobs = [f"{job_name}-{i}" for i in range(30)]
+    for name in jobs:
+        sched.every(name, "10s", calls.handler(), jitter=0, heartbeat="1s")
+    await sched.start()
+    try:
+        await wait_for(lambda: len(calls.calls) >= 30, what="one run of every job")
+        first_slot = min(c.slot for c in calls.calls)
+        assert sum(1 for c in calls.calls if c.slot == first_slot) == len(jobs)  # one run of each job
+        assert ops["claim"] == 0, ops
+        assert 1 <= ops["claim_many"] <= 5, ops
+    finally:
+        await sched.stop()
+        await backend.close()

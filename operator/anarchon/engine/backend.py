@@ -14,10 +14,13 @@ instances' clocks must agree to well under a lease anyway, since they compute sl
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .errors import StoreError
 from .model import ClaimOutcome, ClaimResult, Overlap, Run, RunState
 
 
@@ -79,6 +82,32 @@ class Backend(ABC):
     @abstractmethod
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         """Atomically claim a run; exactly one concurrent caller gets ``won``."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
+        """Claim several runs in as few round trips as the store allows: one answer per request, in order.
+
+        Each claim is exactly as atomic as :meth:`claim` alone and is decided in order, so two
+        slots of one job in one batch meet each other as two separate claims would; together
+        they are not a transaction. An answer is a result or the error that claim raised
+        (:class:`StoreError` when the batch failed as a whole: its outcome is then unknown,
+        request by request). This default sends the claims of different jobs concurrently
+        and those of one job one after the other (only those can meet); stores that can do
+        better (one pipeline, one transaction) override it.
+        """
+        answers: list[ClaimResult | BaseException] = [StoreError("not sent")] * len(requests)
+        by_job: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            by_job.setdefault(request.job, []).append(i)
+
+        async def in_order(indexes: list[int]) -> None:
+            for i in indexes:
+                try:
+                    answers[i] = await self.claim(requests[i])
+                except Exception as exc:
+                    answers[i] = exc
+
+        await asyncio.gather(*(in_order(indexes) for indexes in by_job.values()))
+        return answers
 
     def require_window(self, needed_ms: int) -> None:  # noqa: B027 - optional hook
         """Refuse (ConfigError) if contenders ``needed_ms`` apart could both win.

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from .attempt import HANDED_OVER, SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
+from .batch import ClaimBatcher
 from .clock import Clock
 from .errors import ConfigError, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
@@ -76,8 +77,11 @@ class JobLoop:
         clock: Clock,
         listener: EngineListener | None = None,
         rng: random.Random | None = None,
+        claims: ClaimBatcher | None = None,
     ) -> None:
         self.backend = backend
+        #: Where claims go: the instance's batcher (shared by its jobs), or one of our own.
+        self._claims = claims or ClaimBatcher(backend)
         self.instance = instance
         self.clock = clock
         self.listener = listener or EngineListener()
@@ -325,7 +329,7 @@ class JobLoop:
                 job.name, slot, self.instance, token, self.clock.now_ms(), opts.lease_ms, opts.overlap
             )
             try:
-                return await self.backend.claim(request)
+                return await self._claims.claim(request)
             except StoreLostState as lost:
                 # The store restarted empty. Attempts still running claim their runs back at
                 # their next heartbeat: every claim of this job waits for that (a lease), or an
@@ -333,7 +337,7 @@ class JobLoop:
                 self._held_until_ms = max(self._held_until_ms, lost.since_ms + opts.lease_ms)
                 self.listener.store_error("claim", job.name, f"{lost}; claims wait a lease for running attempts")
                 await self.clock.sleep_until(self._held_until_ms)
-                return await self.backend.claim(dataclasses.replace(request, now_ms=self.clock.now_ms()))
+                return await self._claims.claim(dataclasses.replace(request, now_ms=self.clock.now_ms()))
 
         result = await retry(
             claim,

@@ -9,7 +9,7 @@ operator turns that into a Prometheus histogram; a library user can log it, or i
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
@@ -58,6 +58,9 @@ class ObservedBackend(_Observed, Backend):
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         return await self._timed("claim", lambda: self.inner.claim(request))
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
+        return await self._timed("claim_many", lambda: self.inner.claim_many(requests))
 
     def require_window(self, needed_ms: int) -> None:
         self.inner.require_window(needed_ms)

@@ -24,6 +24,7 @@ from typing import Any
 
 from .backend import Backend, LeaseBackend
 from .backups import BackupSweep
+from .batch import ClaimBatcher
 from .clock import Clock, SystemClock
 from .durations import parse_duration
 from .errors import ConfigError
@@ -88,6 +89,7 @@ class Scheduler:
         self.listener = listener or EngineListener()
         self.rng = rng or random.Random()
         self._loops: dict[str, JobLoop] = {}
+        self._claims = ClaimBatcher(backend)
         self._sweep: BackupSweep | None = None
         self._started = False
         self._stopped = asyncio.Event()
@@ -101,7 +103,13 @@ class Scheduler:
             loop.update(job)
             return loop
         loop = JobLoop(
-            job, self.backend, instance=self.instance_id, clock=self.clock, listener=self.listener, rng=self.rng
+            job,
+            self.backend,
+            instance=self.instance_id,
+            clock=self.clock,
+            listener=self.listener,
+            rng=self.rng,
+            claims=self._claims,
         )
         self._loops[job.name] = loop
         if self._started:

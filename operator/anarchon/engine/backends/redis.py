@@ -60,7 +60,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from .. import transitions
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
@@ -658,31 +658,38 @@ class RedisBackend(LeaseBackend):
 
     # -- operations ---------------------------------------------------------------------
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
+    def _claim_call(self, request: ClaimRequest) -> tuple[list[str], list[str]]:
+        """The claim script's keys and arguments for ``request``."""
         job, slot = request.job, request.slot
-        lease_until = request.now_ms + request.lease_ms
         first = Attempt(1, request.instance, token_hash(request.token), request.now_ms)
-        keys = [self.run_key(job, slot), self.active_key(job), self.runs_key(job), self.expiring_key(job)]
-        reply = await self._call(
-            lambda: self._claim(
-                keys=[*keys, self.epoch_key(job), self.leases_key()],
-                args=[
-                    f"{self.job_prefix(job)}run:",
-                    job,
-                    str(slot),
-                    request.instance,
-                    request.token,
-                    str(request.now_ms),
-                    str(lease_until),
-                    str(request.overlap),
-                    _first_attempt_json(first),
-                    self._retention,
-                    f"replaced by the run of slot {slot}",
-                    self._epochs.get(job, ""),
-                    f"{secrets.token_hex(8)} {request.now_ms}",
-                ],
-            )
-        )
+        keys = [
+            self.run_key(job, slot),
+            self.active_key(job),
+            self.runs_key(job),
+            self.expiring_key(job),
+            self.epoch_key(job),
+            self.leases_key(),
+        ]
+        args = [
+            f"{self.job_prefix(job)}run:",
+            job,
+            str(slot),
+            request.instance,
+            request.token,
+            str(request.now_ms),
+            str(request.now_ms + request.lease_ms),
+            str(request.overlap),
+            _first_attempt_json(first),
+            self._retention,
+            f"replaced by the run of slot {slot}",
+            self._epochs.get(job, ""),
+            f"{secrets.token_hex(8)} {request.now_ms}",
+        ]
+        return keys, args
+
+    def _claim_result(self, request: ClaimRequest, reply: Sequence[object]) -> ClaimResult:
+        """The claim script's reply as a result; StoreLostState if the store lost the job's records."""
+        job, slot = request.job, request.slot
         outcome = _text(reply[0])
         epoch = _text(reply[-1])
         known, self._epochs[job] = self._epochs.get(job), epoch
@@ -707,7 +714,7 @@ class RedisBackend(LeaseBackend):
                 error=f"skipped: the run of slot {_text(reply[1])} is still active",
             )
             return ClaimResult(ClaimOutcome.SKIPPED, skipped)
-        replaced = [_run_from_hash(_pairs(flat)) for flat in reply[1]]
+        replaced = [_run_from_hash(_pairs(flat)) for flat in reply[1]]  # type: ignore[attr-defined]
         run = Run(
             job=job,
             slot=slot,
@@ -715,12 +722,51 @@ class RedisBackend(LeaseBackend):
             attempt=1,
             instance=request.instance,
             token=request.token,
-            lease_until_ms=lease_until,
+            lease_until_ms=request.now_ms + request.lease_ms,
             created_ms=request.now_ms,
             updated_ms=request.now_ms,
-            attempts=[first],
+            attempts=[Attempt(1, request.instance, token_hash(request.token), request.now_ms)],
         )
         return ClaimResult(ClaimOutcome.WON, run, replaced)
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        keys, args = self._claim_call(request)
+        reply = await self._call(lambda: self._claim(keys=keys, args=args))
+        return self._claim_result(request, reply)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
+        """Every claim script in one pipeline: one round trip, each script atomic on its own.
+
+        A pipeline is not a transaction: the server runs the scripts one after the other, in
+        order, and another instance's script may run in between, as between separate calls.
+        """
+        if len(requests) <= 1:
+            return await super().claim_many(requests)
+
+        async def send() -> list[object]:
+            # EVALSHA itself, not the script object, which would add a SCRIPT EXISTS round trip.
+            pipe = self._client.pipeline(transaction=False)
+            for request in requests:
+                keys, args = self._claim_call(request)
+                pipe.evalsha(str(self._claim.sha), len(keys), *keys, *args)
+            replies = list(await pipe.execute(raise_on_error=False))
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                # The server forgot the script (a restart, a failover): those claims were not
+                # run; load it for their retry.
+                self._claim.sha = await self._client.script_load(_CLAIM)
+            return replies
+
+        replies = await self._call(send)
+        answers: list[ClaimResult | BaseException] = []
+        for request, reply in zip(requests, replies, strict=True):
+            if isinstance(reply, BaseException):
+                answers.append(StoreError(f"redis {self._safe_url}: {type(reply).__name__}: {reply}"))
+                continue
+            try:
+                answers.append(self._claim_result(request, reply))  # type: ignore[arg-type]
+            except StoreError as exc:
+                answers.append(exc)
+        return answers
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
         reply = await self._call(

@@ -12,7 +12,7 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -221,6 +221,21 @@ class SqliteBackend(LeaseBackend):
             result, writes = transitions.claim(existing, active, request)
             self._put(conn, writes)
             return result
+
+        return await self._call(self._tx(work))
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
+        """One transaction for all: each claim reads what the ones before it wrote."""
+
+        def work(conn: sqlite3.Connection) -> list[ClaimResult | BaseException]:
+            results: list[ClaimResult | BaseException] = []
+            for request in requests:
+                existing = self._get(conn, request.job, request.slot)
+                active = [] if existing is not None else self._active(conn, request.job)
+                result, writes = transitions.claim(existing, active, request)
+                self._put(conn, writes)
+                results.append(result)
+            return results
 
         return await self._call(self._tx(work))
 
