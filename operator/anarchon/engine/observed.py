@@ -60,7 +60,18 @@ class ObservedBackend(_Observed, Backend):
         return await self._timed("claim", lambda: self.inner.claim(request))
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
-        return await self._timed("claim_many", lambda: self.inner.claim_many(requests))
+        # One round trip of claims, batched or not, is one observation of "claim"; it failed
+        # if every claim in it did (a batch of one: if that claim did).
+        start = time.perf_counter()
+        try:
+            answers = await self.inner.claim_many(requests)
+        except BaseException as exc:
+            self.observer("claim", time.perf_counter() - start, exc)
+            raise
+        errors = [a for a in answers if isinstance(a, BaseException)]
+        failed = errors[0] if errors and len(errors) == len(answers) else None
+        self.observer("claim", time.perf_counter() - start, failed)
+        return answers
 
     def require_window(self, needed_ms: int) -> None:
         self.inner.require_window(needed_ms)
