@@ -23,6 +23,7 @@ import importlib
 import random
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ async def burst(backend: LeaseBackend, jobs: int, batched: bool) -> dict[str, fl
         trips += 1
         return await real_claim(request)
 
-    async def claim_many(requests: list[ClaimRequest]) -> list[ClaimResult | BaseException]:
+    async def claim_many(requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
         nonlocal trips
         trips += 1
         return await real_many(requests)
