@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,8 @@ class Recorder(EngineListener):
     """Keeps every engine event it hears, for assertions."""
 
     events: list[tuple[str, ...]] = field(default_factory=list)
+    #: One entry per report of several slots at once (``missed_slots``), beside their events.
+    reports: list[tuple[str, ...]] = field(default_factory=list)
 
     def claimed(self, job: str, slot: int, outcome: ClaimOutcome, delay_ms: int) -> None:
         self.events.append(("claimed", job, str(slot), str(outcome)))
@@ -50,6 +52,11 @@ class Recorder(EngineListener):
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         self.events.append(("missed", job, str(slot), reason))
+
+    def missed_slots(self, job: str, slots: Sequence[int], reason: str) -> None:
+        self.reports.append(("missed_slots", job, str(len(slots)), reason))
+        for slot in slots:
+            self.missed(job, slot, reason)
 
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         self.events.append(("took_over", job, str(slot), str(attempt), str(previous_instance)))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
-from anarchon.engine import ScaledClock, Scheduler, cron
+from anarchon.engine import EngineListener, ScaledClock, Scheduler, cron
 from anarchon.engine.backend import ClaimRequest, LeaseBackend
 from anarchon.engine.backends import from_url
 from anarchon.engine.model import Overlap, new_token
@@ -66,3 +67,42 @@ async def test_catch_up_over_an_hour_of_seconds_lets_other_tasks_run(tmp_path: P
     assert schedule.calls >= 3600
     print(f"next_after calls: {schedule.calls}, most between two turns of another task: {most}")
     assert most <= 300, most
+
+
+class Reports(EngineListener):
+    """Counts the reports of missed slots, as an operator posting an Event per report would."""
+
+    def __init__(self) -> None:
+        self.single: list[int] = []
+        self.ranges: list[tuple[int, int, int]] = []
+
+    def missed(self, job: str, slot: int, reason: str) -> None:
+        self.single.append(slot)
+
+    def missed_slots(self, job: str, slots: Sequence[int], reason: str) -> None:
+        self.ranges.append((slots[0], slots[-1], len(slots)))
+
+
+async def test_an_hour_of_missed_seconds_is_one_report_not_3600(tmp_path: Path, job_name: str) -> None:
+    """Every report became a log line, two metric updates and an Event patch on the job: one
+    per slot, 3,599 at once after an hour down, per job (and the same after an hour-long stall)."""
+    t0 = 1_800_000_000_000
+    schedule = cron("* * * * * *")
+    backend = from_url(f"sqlite://{tmp_path / 'store.db'}")
+    assert isinstance(backend, LeaseBackend)
+    await backend.setup()
+    await backend.schedule_since(job_name, schedule.fingerprint, t0 - 1000)
+    await backend.claim(ClaimRequest(job_name, t0, "one", new_token(), t0, 1000, Overlap.ALLOW))
+    clock = ScaledClock(1.0, start_ms=t0 + HOUR_MS + 500)
+    reports = Reports()
+    two = Scheduler(backend, instance_id="two", clock=clock, listener=reports)
+    calls = Calls(clock)
+    two.schedule(job_name, schedule, calls.handler(), jitter=0, overlap="Allow", catch_up="Latest")
+    try:
+        await two.start()
+        await wait_for(lambda: bool(reports.ranges), what="the report of the missed slots")
+    finally:
+        await two.stop()
+        await backend.close()
+    assert reports.single == []
+    assert reports.ranges == [(t0 + 1000, t0 + HOUR_MS - 1000, 3599)]

@@ -142,3 +142,12 @@ def test_docs_table_every_served_metric_and_nothing_else() -> None:
     for family in text_string_to_metric_families(_text(Metrics(lambda: NOW))):
         served.add(f"{family.name}_total" if family.type == "counter" else family.name)
     assert documented == served, (documented - served, served - documented)
+
+
+def test_slots_missed_together_count_each_slot_once() -> None:
+    """One report of 3,599 missed slots (an hour down, catch-up Latest) counts 3,599 Missed runs."""
+    metrics = Metrics(lambda: NOW)
+    listener = Named(metrics)
+    listener.missed_slots("key-of-report", [NOW + 1000 * i for i in range(1, 3600)], "missed while no instance ran")
+    listener.missed("key-of-report", NOW + 3_601_000, "past the starting deadline")
+    assert _value(metrics, "anarchon_job_runs_total", **JOB, outcome="Missed") == 3600

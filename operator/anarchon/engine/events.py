@@ -8,6 +8,7 @@ Every hook is synchronous and must not block: it runs on the engine's event loop
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from .model import Cause, ClaimOutcome, Run, RunState
 
@@ -27,6 +28,14 @@ class EngineListener:
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         log.warning("missed %s@%s: %s", job, slot, reason)
+
+    def missed_slots(self, job: str, slots: Sequence[int], reason: str) -> None:
+        """Several slots missed for one reason, oldest first (a stall, the catch-up policy): one report.
+
+        After an hour-long stall a job on ``* * * * * *`` misses 3,600 slots; one report per
+        slot would be 3,600 log lines, metric updates and Events at once, per job.
+        """
+        log.warning("missed %d slot(s) of %s, %s to %s: %s", len(slots), job, slots[0], slots[-1], reason)
 
     def started(self, job: str, slot: int, attempt: int) -> None:
         log.info("running %s@%s attempt %d", job, slot, attempt)

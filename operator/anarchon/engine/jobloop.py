@@ -252,11 +252,11 @@ class JobLoop:
             chosen = missed[-1:]
         else:
             chosen = missed[-opts.max_catch_up :]
-        for slot in missed:
-            if slot not in chosen:
-                self.listener.missed(
-                    job.name, slot, f"{why}: catch-up policy {opts.catch_up} runs {len(chosen)} of {len(missed)}"
-                )
+        left = missed[: len(missed) - len(chosen)]  # the chosen ones are the newest
+        if left:
+            self.listener.missed_slots(
+                job.name, left, f"{why}: catch-up policy {opts.catch_up} runs {len(chosen)} of {len(missed)}"
+            )
         if not chosen:
             return
         log.info("%s: catching up %d missed slot(s)", job.name, len(chosen))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ..engine import Cause, Run
@@ -82,6 +82,12 @@ class OperatorListener(MetricsListener):
     def missed(self, job: str, slot: int, reason: str) -> None:
         super().missed(job, slot, reason)
         self._event(job, "Missed", lambda _: f"slot {slot_time(slot)}: {reason}", warning=True)
+
+    def missed_slots(self, job: str, slots: Sequence[int], reason: str) -> None:
+        super().missed_slots(job, slots, reason)
+        first, last = slot_time(slots[0]), slot_time(slots[-1])
+        what = f"slot {first}" if len(slots) == 1 else f"{len(slots)} slots, {first} to {last}"
+        self._event(job, "Missed", lambda _: f"{what}: {reason}", warning=True)
 
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         super().took_over(job, slot, attempt, previous_instance)

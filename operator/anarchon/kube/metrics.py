@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -231,6 +231,12 @@ class MetricsListener(EngineListener):
         super().missed(job, slot, reason)
         self.metrics.skips.labels("missed").inc()
         self._count_run(job, MISSED)
+
+    def missed_slots(self, job: str, slots: Sequence[int], reason: str) -> None:
+        super().missed_slots(job, slots, reason)
+        self.metrics.skips.labels("missed").inc(len(slots))
+        if (labels := self.job_labels(job)) is not None:
+            self.metrics.job_runs.labels(*labels, MISSED).inc(len(slots))
 
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         super().took_over(job, slot, attempt, previous_instance)
