@@ -29,6 +29,7 @@ from anarchon.engine import (
     Scheduler,
     every,
 )
+from anarchon.engine.lag import LoopLag
 from anarchon.engine.observed import observed
 from anarchon.engine.scheduler import job_options
 
@@ -519,3 +520,40 @@ async def test_claims_of_jobs_due_together_go_to_the_store_together(
     finally:
         await sched.stop()
         await backend.close()
+
+
+async def test_an_instance_whose_loop_runs_late_leaves_new_slots_to_the_others(
+    cluster, clock: ScaledClock, job_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Overload makes runs late, never lost: a late instance claims after the instances on time.
+
+    Instance ``late`` says its event loop runs 4 s late; ``on_time`` does not. Every slot goes
+    to ``on_time``, and ``late`` still claims each (and finds it taken). Before, each won
+    about half, and a late instance kept piling new runs onto its own backlog.
+    """
+    (late, late_rec), (on_time, _) = cluster(2)
+    monkeypatch.setattr(late.lag, "penalty_ms", lambda: 4_000)
+    calls = Calls(clock)
+    for s in (late, on_time):
+        s.every(job_name, "10s", calls.handler(), jitter=0, heartbeat="1s", overlap="Allow")
+        await s.start()
+    await wait_for(lambda: len(calls.calls) >= 12, timeout_s=60, what="12 runs")
+    await wait_for(lambda: len(late_rec.of("claimed")) >= 12, what="the late instance's own claims")
+    winners = Counter(c.instance for c in calls.calls[:12])
+    assert winners[late.instance_id] <= 1, winners
+    assert len({c.slot for c in calls.calls[:12]}) == 12  # one run per slot, none lost
+
+
+async def test_the_loop_lag_is_seen_and_then_forgotten() -> None:
+    """The real thing: a loop blocked for 0.8 s is late beyond the threshold; idle again, it is not."""
+    lag = LoopLag()
+    lag.start()
+    try:
+        await asyncio.sleep(0.3)
+        time.sleep(0.8)  # noqa: ASYNC251 - the point: block the event loop
+        await asyncio.sleep(0.01)  # the sampler, due during the block, runs now
+        assert lag.penalty_ms() >= 500, lag.lag_ms
+        await asyncio.sleep(2.5)
+        assert lag.penalty_ms() == 0, lag.lag_ms
+    finally:
+        lag.stop()

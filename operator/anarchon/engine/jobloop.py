@@ -27,6 +27,7 @@ from .clock import Clock
 from .errors import ConfigError, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
+from .lag import LoopLag
 from .limits import MAX_SLOT_MS, MIN_SLOT_MS
 from .logcontext import RunFields, attempt_running
 from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
@@ -78,10 +79,13 @@ class JobLoop:
         listener: EngineListener | None = None,
         rng: random.Random | None = None,
         claims: ClaimBatcher | None = None,
+        lag: LoopLag | None = None,
     ) -> None:
         self.backend = backend
         #: Where claims go: the instance's batcher (shared by its jobs), or one of our own.
         self._claims = claims or ClaimBatcher(backend)
+        #: The instance's event-loop lateness: while it is late, new slots wait (see :mod:`.lag`).
+        self._lag = lag or LoopLag()
         self.instance = instance
         self.clock = clock
         self.listener = listener or EngineListener()
@@ -290,6 +294,8 @@ class JobLoop:
         job = self._job
         if opts.jitter_ms:
             await self.clock.sleep(self.rng.randint(0, opts.jitter_ms))
+        if penalty := self._lag.penalty_ms():
+            await self.clock.sleep(penalty)  # overloaded: let the instances on time claim it first
         if self._stopping:
             return
         late = self.clock.now_ms() - slot

@@ -31,6 +31,7 @@ from .errors import ConfigError
 from .events import EngineListener
 from .job import Handler, Job, JobOptions
 from .jobloop import JobLoop
+from .lag import LoopLag
 from .model import CatchUp, ClaimResult, Overlap, Run
 from .schedule import Schedule, cron, every
 
@@ -90,6 +91,8 @@ class Scheduler:
         self.rng = rng or random.Random()
         self._loops: dict[str, JobLoop] = {}
         self._claims = ClaimBatcher(backend)
+        #: This instance's event-loop lateness; while it is high, new work waits for the others.
+        self.lag = LoopLag()
         self._sweep: BackupSweep | None = None
         self._started = False
         self._stopped = asyncio.Event()
@@ -110,6 +113,7 @@ class Scheduler:
             listener=self.listener,
             rng=self.rng,
             claims=self._claims,
+            lag=self.lag,
         )
         self._loops[job.name] = loop
         if self._started:
@@ -148,11 +152,15 @@ class Scheduler:
         for loop in self._loops.values():
             loop.start()
         if isinstance(self.backend, LeaseBackend) and self._sweep is None:
-            self._sweep = BackupSweep(self.backend, self._loops, clock=self.clock, listener=self.listener, rng=self.rng)
+            self._sweep = BackupSweep(
+                self.backend, self._loops, clock=self.clock, listener=self.listener, rng=self.rng, lag=self.lag
+            )
             self._sweep.start()
+        self.lag.start()
 
     async def stop(self, *, handover: bool = True) -> None:
         """Stop every job; with ``handover`` running attempts release their leases."""
+        self.lag.stop()
         sweep, self._sweep = self._sweep, None
         if sweep is not None:
             await sweep.stop()
