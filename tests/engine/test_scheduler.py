@@ -525,7 +525,7 @@ async def test_claims_of_jobs_due_together_go_to_the_store_together(
 async def test_an_instance_whose_loop_runs_late_leaves_new_slots_to_the_others(
     cluster, clock: ScaledClock, job_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Overload makes runs late, never lost: a late instance claims after the instances on time.
+    """Overload makes runs late, never lost: a late instance claims new slots after the instances on time.
 
     Instance ``late`` says its event loop runs 4 s late; ``on_time`` does not. Every slot goes
     to ``on_time``, and ``late`` still claims each (and finds it taken). Before, each won

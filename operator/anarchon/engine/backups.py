@@ -25,7 +25,6 @@ from .clock import Clock
 from .errors import StoreError
 from .events import EngineListener
 from .jobloop import JobLoop
-from .lag import LoopLag
 
 log = logging.getLogger("anarchon.engine.backups")
 
@@ -49,14 +48,12 @@ class BackupSweep:
         clock: Clock,
         listener: EngineListener,
         rng: random.Random,
-        lag: LoopLag | None = None,
     ) -> None:
         self.backend = backend
         self.clock = clock
         self.listener = listener
         self.rng = rng
         self._loops = loops
-        self._lag = lag or LoopLag()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -88,8 +85,6 @@ class BackupSweep:
     async def _run(self) -> None:
         while not self._stopping:
             await self.clock.sleep(int(self.interval_ms() * self.rng.uniform(0.5, 1.0)))
-            if penalty := self._lag.penalty_ms():
-                await self.clock.sleep(penalty)  # overloaded: let the instances on time take them over
             if self._loops and not self._stopping:
                 await self.look()
 

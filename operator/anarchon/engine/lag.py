@@ -3,9 +3,12 @@
 When an instance has more to do than its CPU allows, its event loop runs late: timers fire
 late, heartbeats go out late, and every new slot it wins adds to the pile. Its peers may be
 idle. So an instance watches how late its own loop is, and while it is late by more than
-:data:`THRESHOLD_MS` it claims new slots and takes runs over only after waiting that long
-(at most :data:`MAX_PENALTY_MS`): the instances that are on time win them first. Nothing is
-given up: if every instance is late, each still claims, later. Lateness, never loss.
+:data:`THRESHOLD_MS` it claims new slots only after waiting that long (at most
+:data:`MAX_PENALTY_MS`): the instances that are on time win them first. Nothing is given up:
+if every instance is late, each still claims, later. Lateness, never loss.
+
+Takeovers do not wait: they recover runs already promised (a hand-over within a heartbeat),
+and the store lets only one instance win each anyway.
 """
 
 from __future__ import annotations

@@ -152,9 +152,7 @@ class Scheduler:
         for loop in self._loops.values():
             loop.start()
         if isinstance(self.backend, LeaseBackend) and self._sweep is None:
-            self._sweep = BackupSweep(
-                self.backend, self._loops, clock=self.clock, listener=self.listener, rng=self.rng, lag=self.lag
-            )
+            self._sweep = BackupSweep(self.backend, self._loops, clock=self.clock, listener=self.listener, rng=self.rng)
             self._sweep.start()
         self.lag.start()
 
