@@ -10,7 +10,7 @@ from anarchon.engine import EngineListener, ScaledClock, Scheduler, cron
 from anarchon.engine.backend import ClaimRequest, LeaseBackend
 from anarchon.engine.backends import from_url
 from anarchon.engine.model import Overlap, new_token
-from anarchon.engine.schedule import Cron
+from anarchon.engine.schedule import Cron, Schedule
 
 from .harness import HOUR_MS, Calls, Recorder, wait_for
 
@@ -31,20 +31,29 @@ class Counted:
         return self.inner.fingerprint
 
 
-async def test_catch_up_over_an_hour_of_seconds_lets_other_tasks_run(tmp_path: Path, job_name: str) -> None:
-    t0 = 1_800_000_000_000
-    schedule = Counted(cron("* * * * * *"))
+T0 = 1_800_000_000_000
+
+
+async def an_hour_later(
+    tmp_path: Path, job_name: str, schedule: Schedule, listener: EngineListener
+) -> tuple[Scheduler, LeaseBackend]:
+    """An instance (not started) of a job on ``schedule`` that last ran at T0, an hour ago:
+    no instance ran it since, so 3600 slots of ``* * * * * *`` were missed."""
     backend = from_url(f"sqlite://{tmp_path / 'store.db'}")
     assert isinstance(backend, LeaseBackend)
     await backend.setup()
-    # The job last ran at t0, then no instance ran it for an hour: 3600 slots were missed.
-    await backend.schedule_since(job_name, schedule.fingerprint, t0 - 1000)
-    await backend.claim(ClaimRequest(job_name, t0, "one", new_token(), t0, 1000, Overlap.ALLOW))
-    clock = ScaledClock(1.0, start_ms=t0 + HOUR_MS + 500)
+    await backend.schedule_since(job_name, schedule.fingerprint, T0 - 1000)
+    await backend.claim(ClaimRequest(job_name, T0, "one", new_token(), T0, 1000, Overlap.ALLOW))
+    clock = ScaledClock(1.0, start_ms=T0 + HOUR_MS + 500)
+    two = Scheduler(backend, instance_id="two", clock=clock, listener=listener)
+    two.schedule(job_name, schedule, Calls(clock).handler(), jitter=0, overlap="Allow", catch_up="Latest")
+    return two, backend
+
+
+async def test_catch_up_over_an_hour_of_seconds_lets_other_tasks_run(tmp_path: Path, job_name: str) -> None:
+    schedule = Counted(cron("* * * * * *"))
     recorder = Recorder()
-    two = Scheduler(backend, instance_id="two", clock=clock, listener=recorder)
-    calls = Calls(clock)
-    two.schedule(job_name, schedule, calls.handler(), jitter=0, overlap="Allow", catch_up="Latest")
+    two, backend = await an_hour_later(tmp_path, job_name, schedule, recorder)
 
     most = 0  # most slots computed between two turns of another task
 
@@ -86,18 +95,8 @@ class Reports(EngineListener):
 async def test_an_hour_of_missed_seconds_is_one_report_not_3600(tmp_path: Path, job_name: str) -> None:
     """Every report became a log line, two metric updates and an Event patch on the job: one
     per slot, 3,599 at once after an hour down, per job (and the same after an hour-long stall)."""
-    t0 = 1_800_000_000_000
-    schedule = cron("* * * * * *")
-    backend = from_url(f"sqlite://{tmp_path / 'store.db'}")
-    assert isinstance(backend, LeaseBackend)
-    await backend.setup()
-    await backend.schedule_since(job_name, schedule.fingerprint, t0 - 1000)
-    await backend.claim(ClaimRequest(job_name, t0, "one", new_token(), t0, 1000, Overlap.ALLOW))
-    clock = ScaledClock(1.0, start_ms=t0 + HOUR_MS + 500)
     reports = Reports()
-    two = Scheduler(backend, instance_id="two", clock=clock, listener=reports)
-    calls = Calls(clock)
-    two.schedule(job_name, schedule, calls.handler(), jitter=0, overlap="Allow", catch_up="Latest")
+    two, backend = await an_hour_later(tmp_path, job_name, cron("* * * * * *"), reports)
     try:
         await two.start()
         await wait_for(lambda: bool(reports.ranges), what="the report of the missed slots")
@@ -105,4 +104,4 @@ async def test_an_hour_of_missed_seconds_is_one_report_not_3600(tmp_path: Path, 
         await two.stop()
         await backend.close()
     assert reports.single == []
-    assert reports.ranges == [(t0 + 1000, t0 + HOUR_MS - 1000, 3599)]
+    assert reports.ranges == [(T0 + 1000, T0 + HOUR_MS - 1000, 3599)]
