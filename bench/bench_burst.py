@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import importlib
 import random
 import sys
 import uuid
@@ -42,7 +40,7 @@ from anarchon.engine import (  # noqa: E402 - after the path set-up
 )
 from anarchon.engine.batch import ClaimBatcher  # noqa: E402
 from bench.bench_claims import percentile  # noqa: E402
-from bench.cases import CaseUnavailable  # noqa: E402
+from bench.cases import CaseUnavailable, lease_store  # noqa: E402
 
 PERIOD = "10s"
 
@@ -128,16 +126,13 @@ async def main() -> int:
         f" {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
     )
     for name in args.backends.split(","):
-        module = importlib.import_module(f"bench.cases.{name}")
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                case = await stack.enter_async_context(module.case())
-                assert isinstance(case.backend, LeaseBackend), f"{name} is not a lease store"
+            async with lease_store(name) as backend:
                 results = {}
                 for batched in random.sample([True, False], 2):
                     mode = "batched" if batched else "one by one"
                     print(f"{name}: {args.jobs} jobs due at once, {mode} ...", file=sys.stderr, flush=True)
-                    results[mode] = r = await burst(case.backend, args.jobs, batched)
+                    results[mode] = r = await burst(backend, args.jobs, batched)
                     print(
                         f"{name:10} {mode:12} {r['won']:>6.0f} {r['errors']:>6.0f} {r['trips']:>11.0f}"
                         f" {r['p50']:>7.0f} {r['p99']:>7.0f} {r['max']:>7.0f}",

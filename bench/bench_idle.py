@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import importlib
 import sys
 import time
 import uuid
@@ -37,7 +35,7 @@ for _path in (ROOT, ROOT / "operator"):
 
 from anarchon.engine import LeaseBackend, RunContext, Scheduler  # noqa: E402 - after the path set-up
 from anarchon.engine.observed import observed  # noqa: E402
-from bench.cases import CaseUnavailable  # noqa: E402
+from bench.cases import CaseUnavailable, lease_store  # noqa: E402
 
 LEASE_STORES = ("sqlite", "redis", "postgres")
 TARGET_CPU = 0.05  # of one core, per instance, at 10,000 jobs
@@ -112,14 +110,11 @@ async def main() -> int:
     )
     missed = 0
     for name in args.backends.split(","):
-        module = importlib.import_module(f"bench.cases.{name}")
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                case = await stack.enter_async_context(module.case())
-                assert isinstance(case.backend, LeaseBackend), f"{name} is not a lease store"
+            async with lease_store(name) as backend:
                 for jobs in sizes:
                     print(f"{name}: {jobs} idle jobs, {args.seconds:.0f} s ...", file=sys.stderr, flush=True)
-                    m = await measure(case.backend, jobs, args.seconds)
+                    m = await measure(backend, jobs, args.seconds)
                     cpu, qps = float(m["cpu"]), float(m["qps"])  # type: ignore[arg-type]
                     marks = ""
                     if jobs >= 10_000:

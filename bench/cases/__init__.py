@@ -28,12 +28,13 @@ from ``tests/servers`` that way.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from anarchon.engine import Backend
+from anarchon.engine import Backend, LeaseBackend
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -98,3 +99,17 @@ def redis_set_nx(client: Redis) -> Callable[[int], Awaitable[object]]:
         return await client.set(f"{prefix}{i}", "1", nx=True, px=600_000)
 
     return raw
+
+
+@contextlib.asynccontextmanager
+async def lease_store(name: str) -> AsyncIterator[LeaseBackend]:
+    """The set-up lease backend of case ``name``, on its own fresh server, for benchmarks of the engine.
+
+    Raises :class:`CaseUnavailable` (or ImportError) when it cannot run here, or the case's
+    store keeps no leases.
+    """
+    module = importlib.import_module(f"bench.cases.{name}")
+    async with module.case() as case:
+        if not isinstance(case.backend, LeaseBackend):
+            raise CaseUnavailable(f"{name} is not a lease store")
+        yield case.backend
