@@ -30,7 +30,8 @@ Scripts compute the keys of other runs of the same job from the ``P:{J}:run:`` b
 given. ``P:leases`` is what makes the backups' sweep one query for all jobs (see
 :meth:`LeaseBackend.expired_runs`); every script that changes a lease changes it in the same
 step. Because of it a script touches two hash slots, so the store needs one Redis primary
-(standalone, or Sentinel), not Redis Cluster (:meth:`RedisBackend.setup` refuses one).
+(one server, or a primary with replicas behind one address), not Redis Cluster
+(:meth:`RedisBackend.setup` refuses one).
 
 During a rolling upgrade from a version without ``P:leases``, the old instances' runs are
 indexed when an instance of this version starts (it notes every job's schedule) or loses a
@@ -503,7 +504,7 @@ def redact_url(url: str) -> str:
 
 
 class RedisBackend(LeaseBackend):
-    """Lease store on Redis or Valkey: one primary (standalone, Sentinel or behind a proxy; not Cluster).
+    """Lease store on Redis or Valkey: one primary (one server, or behind a proxy; not Cluster).
 
     ``retention_ms``: when set, every run that becomes final (Succeeded, Failed, Interrupted,
     Skipped) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
@@ -640,9 +641,9 @@ class RedisBackend(LeaseBackend):
             if str(cluster) == "1":
                 raise ConfigError(
                     f"redis {self._safe_url} is a Redis Cluster node: the redis:// lease store needs one primary"
-                    " (standalone or Sentinel), because its index of every job's leases (one query a heartbeat"
-                    " for all backups) is updated in the same script as each run; the claim-only redis+ strategies"
-                    " work on a Cluster"
+                    " (one server or one primary address), because its index of every job's leases (one query"
+                    " a heartbeat for all backups) is updated in the same script as each run; the claim-only"
+                    " redis+ strategies work on a Cluster"
                 )
             for script in self._scripts:
                 script.sha = await self._client.script_load(script.script)
