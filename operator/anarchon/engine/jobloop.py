@@ -110,10 +110,6 @@ class JobLoop:
         return self._opts
 
     @property
-    def stopping(self) -> bool:
-        return self._stopping
-
-    @property
     def running_slots(self) -> list[int]:
         """Slots whose attempt this instance is running right now."""
         return sorted(self._running)

@@ -31,15 +31,27 @@ class _Observed:
         self.observer = observer
         self.capabilities = inner.capabilities  # per instance: the inner store's
 
-    async def _timed(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def _timed(
+        self,
+        operation: str,
+        call: Callable[[], Awaitable[T]],
+        failed: Callable[[T], BaseException | None] = lambda _: None,
+    ) -> T:
+        """Await ``call()`` and report its time; ``failed`` finds an error in a result that holds one."""
         start = time.perf_counter()
         try:
             result = await call()
         except BaseException as exc:
             self.observer(operation, time.perf_counter() - start, exc)
             raise
-        self.observer(operation, time.perf_counter() - start, None)
+        self.observer(operation, time.perf_counter() - start, failed(result))
         return result
+
+
+def _all_failed(answers: list[ClaimResult | BaseException]) -> BaseException | None:
+    """The first error of a batch of claims that all failed, else None."""
+    errors = [a for a in answers if isinstance(a, BaseException)]
+    return errors[0] if errors and len(errors) == len(answers) else None
 
 
 class ObservedBackend(_Observed, Backend):
@@ -62,16 +74,7 @@ class ObservedBackend(_Observed, Backend):
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
         # One round trip of claims, batched or not, is one observation of "claim"; it failed
         # if every claim in it did (a batch of one: if that claim did).
-        start = time.perf_counter()
-        try:
-            answers = await self.inner.claim_many(requests)
-        except BaseException as exc:
-            self.observer("claim", time.perf_counter() - start, exc)
-            raise
-        errors = [a for a in answers if isinstance(a, BaseException)]
-        failed = errors[0] if errors and len(errors) == len(answers) else None
-        self.observer("claim", time.perf_counter() - start, failed)
-        return answers
+        return await self._timed("claim", lambda: self.inner.claim_many(requests), _all_failed)
 
     def require_window(self, needed_ms: int) -> None:
         self.inner.require_window(needed_ms)
