@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from anarchon.engine import LeaseBackend, RunContext, RunState, ScaledClock, Scheduler, new_token
+from anarchon.engine import LeaseBackend, RunContext, RunInterrupted, RunState, ScaledClock, Scheduler, new_token
 from anarchon.engine.backend import ClaimRequest
 from tests.faults.storefaults import FaultyStore
 
@@ -263,3 +263,43 @@ async def test_catch_up_all_with_skip_runs_every_missed_slot_across_instances(
         for sched in scheds:
             await sched.stop(handover=False)
             await sched.backend.close()
+
+
+async def test_a_sweep_that_fails_or_loses_its_reply_still_takes_a_hand_over(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """The backup sweep's one query fails twice, then its reply is lost once: the handed-over
+    run is still taken over (attempt 2), and it ends as its handler did, Succeeded."""
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    started = asyncio.Event()
+
+    async def work(ctx: RunContext) -> None:
+        if ctx.attempt == 1:
+            started.set()
+            await ctx.stop.wait()
+            raise RunInterrupted("stopping")
+        await clock.sleep(500)
+
+    holder = Scheduler(make_backend(), instance_id="holder", clock=clock)
+    store = FaultyStore(make_backend())
+    listener = Recorder()
+    backup = Scheduler(store, instance_id="backup", clock=clock, listener=listener)
+    for sched in (holder, backup):
+        sched.every(job_name, "1h", calls.handler(work), jitter=0, heartbeat="1s", lease="3s")
+        await sched.start()
+    try:
+        await holder.trigger(job_name, SLOT)
+        await asyncio.wait_for(started.wait(), 20)
+        store.fail("expired_runs", times=2)
+        lost = store.fail("expired_runs", times=1, reply_lost=True)
+        await holder.stop()  # hands the run over
+        await wait_for(lambda: bool(listener.of("finished")), what="attempt 2's end")
+        assert lost.fired == 1, "every fault must have hit a sweep"
+        run = await store.inner.get_run(job_name, SLOT)
+        assert run is not None and run.state is RunState.SUCCEEDED and run.attempt == 2, run
+        assert [c.attempt for c in calls.calls] == [1, 2]
+    finally:
+        await backup.stop(handover=False)
+        await holder.stop(handover=False)
+        await store.close()
