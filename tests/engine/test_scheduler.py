@@ -456,7 +456,10 @@ async def test_idle_store_traffic_does_not_grow_with_the_number_of_jobs(
             sched.cron(f"{job_name}-{n}-{i}", "0 0 1 1 *", nothing, heartbeat="1s")
         await sched.start()
         try:
-            await clock.sleep(3_000)  # starting, each job reads its schedule and history once
+            # Starting, each job reads its schedule (and history) once. On a busy machine 60 jobs
+            # take a while to get there: wait for all of them, not for a fixed time.
+            await wait_for(lambda: calls["schedule_since"] >= n, timeout_s=60, what=f"{n} jobs started")
+            await clock.sleep(3_000)
             calls.clear()
             await clock.sleep(30_000)
             return calls
