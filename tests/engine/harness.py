@@ -58,6 +58,9 @@ class Recorder(EngineListener):
         for slot in slots:
             self.missed(job, slot, reason)
 
+    def replaced(self, job: str, slot: int, by_slot: int) -> None:
+        self.events.append(("replaced", job, str(slot), str(by_slot)))
+
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         self.events.append(("took_over", job, str(slot), str(attempt), str(previous_instance)))
 

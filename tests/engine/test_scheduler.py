@@ -255,6 +255,11 @@ async def test_overlap_replace_fences_older(cluster, clock: ScaledClock, job_nam
     assert interrupted and all("replaced" in (r.error or "") for r in interrupted)
     assert len([r for r in history if r.state.active]) == 1
     assert calls.calls[0].stop_reason == "replaced"  # fenced, and told why: its run was replaced
+    # The listener hears of each replaced run once, from the claim that replaced it (metrics
+    # count it as Replaced): the first run by the second, and so on.
+    replaced = [(int(slot), int(by)) for _, _, slot, by in rec.of("replaced")]
+    assert {r.slot for r in interrupted} <= {slot for slot, _ in replaced}, (interrupted, replaced)
+    assert all(by - slot == 2_000 for slot, by in replaced), replaced
 
 
 async def test_timeout_fails_the_run(cluster, clock: ScaledClock, job_name: str) -> None:

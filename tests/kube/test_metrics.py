@@ -98,13 +98,14 @@ def test_per_job_runs_by_outcome_and_an_interrupted_attempt_is_not_a_run_end() -
     listener.finished("key-of-report", NOW + 20_000, 1, RunState.INTERRUPTED, "Pod deleted")  # attempt 2 follows
     listener.skipped("key-of-report", NOW + 30_000, "overlap")
     listener.missed("key-of-report", NOW + 40_000, "past the starting deadline")
+    listener.replaced("key-of-report", NOW + 40_000, NOW + 50_000)  # overlap Replace: ended, not given up
     listener.finished("key-of-gone-job", NOW, 1, RunState.SUCCEEDED, None)  # a job nobody names: no series
     text = _text(metrics)
     series = 'anarchon_job_runs_total{{job="report",namespace="team-a",outcome="{}"}} 1.0'
-    for outcome in ("Succeeded", "Failed", "Skipped", "Missed"):
+    for outcome in ("Succeeded", "Failed", "Skipped", "Missed", "Replaced"):
         assert series.format(outcome) in text, outcome
     assert _value(metrics, "anarchon_job_runs_total", **JOB, outcome="Interrupted") is None
-    assert text.count("anarchon_job_runs_total{") == 4
+    assert text.count("anarchon_job_runs_total{") == 5
 
 
 def test_forget_drops_every_series_of_the_job_and_only_its() -> None:

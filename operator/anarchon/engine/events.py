@@ -37,6 +37,14 @@ class EngineListener:
         """
         log.warning("missed %d slot(s) of %s, %s to %s: %s", len(slots), job, slots[0], slots[-1], reason)
 
+    def replaced(self, job: str, slot: int, by_slot: int) -> None:
+        """The run of ``slot`` ended, replaced by the newer run of ``by_slot`` (overlap Replace).
+
+        Told once, by the instance whose claim replaced it. The replaced run's own runner hears
+        of it as ``fenced`` when it next asks the store, if it is still alive to ask.
+        """
+        log.info("replaced %s@%s by the run of %s", job, slot, by_slot)
+
     def started(self, job: str, slot: int, attempt: int) -> None:
         log.info("running %s@%s attempt %d", job, slot, attempt)
 

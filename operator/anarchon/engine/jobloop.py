@@ -166,7 +166,7 @@ class JobLoop:
                 f" from {MIN_SLOT_MS} to {MAX_SLOT_MS} (the end of year 9999)"
             )
         result = await self._claim(slot)
-        self._report_skip(slot, result, Cause.MANUAL)  # overlap applies to manual runs too
+        self._report(slot, result, Cause.MANUAL)  # overlap applies to manual runs too
         if result.won and result.run is not None:
             run = self._run_attempt(result.run, result, cause=Cause.MANUAL)
             self._spawn(run, f"anarchon-run:{self._job.name}@{slot}")
@@ -303,14 +303,17 @@ class JobLoop:
         except StoreError as exc:
             self.listener.missed(job.name, slot, f"store unreachable until the deadline: {exc}")
             return
-        self._report_skip(slot, result, cause)
+        self._report(slot, result, cause)
         if result.won and result.run is not None:
             await self._run_attempt(result.run, result, cause=cause)
 
-    def _report_skip(self, slot: int, result: ClaimResult, cause: Cause) -> None:
+    def _report(self, slot: int, result: ClaimResult, cause: Cause) -> None:
+        """Tell the listener what a claim decided beside winning: a slot skipped, runs replaced."""
         if result.outcome is ClaimOutcome.SKIPPED:
             reason = (result.run.error if result.run else None) or "overlap"
             self.listener.skipped(self._job.name, slot, reason, cause)
+        for old in result.replaced:
+            self.listener.replaced(self._job.name, old.slot, slot)
 
     async def _claim(self, slot: int) -> ClaimResult:
         """Claim with retries on store errors; a lost reply is recognised by our own token."""

@@ -31,8 +31,12 @@ from .spec import JobSpec
 #: The outcome of a slot that could not start by its starting deadline (not a run phase: no run
 #: exists for it; the word is that of its Event).
 MISSED = "Missed"
+#: The outcome of a run ended by a newer one (overlap Replace). Its phase is Interrupted, but
+#: counted as that it would look like a run given up (the AnarchonRunsGivenUp alert); the word
+#: is that of its Event.
+REPLACED = "Replaced"
 #: Every ``outcome`` of ``anarchon_job_runs_total``, in the project's words.
-JOB_OUTCOMES = (RunState.SUCCEEDED, RunState.FAILED, RunState.INTERRUPTED, RunState.SKIPPED, MISSED)
+JOB_OUTCOMES = (RunState.SUCCEEDED, RunState.FAILED, RunState.INTERRUPTED, RunState.SKIPPED, MISSED, REPLACED)
 #: ``anarchon_job_slots_since_success`` counts no further: enough for any alert threshold, and a
 #: scrape never walks a long schedule (an ``every: 1s`` job a day without success).
 SLOTS_SINCE_SUCCESS_CAP = 100
@@ -237,6 +241,10 @@ class MetricsListener(EngineListener):
         self.metrics.skips.labels("missed").inc(len(slots))
         if (labels := self.job_labels(job)) is not None:
             self.metrics.job_runs.labels(*labels, MISSED).inc(len(slots))
+
+    def replaced(self, job: str, slot: int, by_slot: int) -> None:
+        super().replaced(job, slot, by_slot)
+        self._count_run(job, REPLACED)
 
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         super().took_over(job, slot, attempt, previous_instance)
