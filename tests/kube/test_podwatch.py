@@ -48,6 +48,31 @@ async def test_a_change_to_the_pod_wakes_its_interest(kube: Kube, namespace: str
         await asyncio.wait_for(changed.wait(), 30)
 
 
+async def test_a_wake_up_carries_the_pod_as_delivered_and_deletion_as_none(
+    kube: Kube, namespace: str, watch: PodWatch
+) -> None:
+    """The runner acts on the delivered Pod instead of reading it again: it must be the Pod."""
+    with watch.interest(namespace, "carried") as changed:
+        await kube.core.create_namespaced_pod(namespace, _pod("carried", OURS))  # type: ignore[arg-type]
+        await asyncio.wait_for(changed.wait(), 30)
+        assert changed.delivered and changed.pod is not None
+        assert changed.pod["metadata"]["name"] == "carried" and changed.pod["kind"] == "Pod"
+    # KWOK runs it for 1 s, then it succeeds: the last state delivered says so.
+    for _ in range(60):
+        with watch.interest(namespace, "carried") as changed:
+            await asyncio.wait_for(changed.wait(), 30)
+            assert changed.delivered and changed.pod is not None
+            if changed.pod["status"].get("phase") == "Succeeded":
+                break
+    else:
+        raise AssertionError("never delivered as Succeeded")
+    with watch.interest(namespace, "carried") as changed:
+        await kube.core.delete_namespaced_pod("carried", namespace, grace_period_seconds=0)
+        while not (changed.is_set() and changed.delivered and changed.pod is None):
+            changed.clear()
+            await asyncio.wait_for(changed.wait(), 30)
+
+
 async def test_pods_without_our_label_are_not_watched(kube: Kube, namespace: str, watch: PodWatch) -> None:
     with watch.interest(namespace, "foreign") as changed:
         await kube.core.create_namespaced_pod(namespace, _pod("foreign", {"app": "else"}))  # type: ignore[arg-type]

@@ -54,8 +54,8 @@ MIN_ATTEMPTS: Final = 1
 MAX_ATTEMPTS: Final = 10
 
 #: Runs kept per outcome (``successfulRunsHistoryLimit``, ``failedRunsHistoryLimit``). Each kept
-#: run is an AnarchonRun and a Pod, and every status refresh of the job lists all of them: at a
-#: thousand the refresh already reads megabytes. A longer record of what ran belongs in logs
+#: run is an AnarchonRun and a Pod, every status refresh of the job reads all of them and every
+#: replica holds them in memory: at a thousand that is megabytes per job. A longer record of what ran belongs in logs
 #: or metrics, not in live objects (CronJob users who set 10,000 met the same wall in etcd).
 MAX_HISTORY_LIMIT: Final = 1_000
 

@@ -21,6 +21,7 @@ from .client import Kube
 from .events import EventPoster
 from .metrics import Metrics, job_times
 from .podwatch import PodWatch
+from .runcache import RunCache
 from .runner import PodRunner
 from .spec import JobSpec, SpecError, engine_key, parse_job
 from .status import JobStatus
@@ -37,14 +38,16 @@ class JobController:
         events: EventPoster,
         metrics: Metrics,
         pod_watch: PodWatch | None = None,
+        run_cache: RunCache | None = None,
     ) -> None:
         self.kube = kube
         self.pod_watch = pod_watch
+        self.run_cache = run_cache
         self.scheduler = scheduler
         self.events = events
         self.metrics = metrics
         self.specs: dict[str, JobSpec] = {}
-        self.status = JobStatus(kube, scheduler, events)
+        self.status = JobStatus(kube, scheduler, events, run_cache)
         self.triggers = Triggers(kube, scheduler, events)
 
     # -- watch events ----------------------------------------------------------------------------
@@ -114,6 +117,7 @@ class JobController:
             lambda: self.specs[key],
             on_change=self.status.refresh,
             pod_watch=self.pod_watch,
+            wrote=None if self.run_cache is None else self.run_cache.wrote,
             on_launch=self._launched,
         )
 

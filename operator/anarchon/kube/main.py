@@ -27,6 +27,7 @@ from .health import HealthServer
 from .listener import OperatorListener
 from .metrics import Metrics
 from .podwatch import PodWatch
+from .runcache import RunCache
 
 log = logging.getLogger("anarchon.kube")
 
@@ -137,7 +138,8 @@ async def run_operator(cfg: OperatorConfig) -> None:
     scheduler = Scheduler(backend, instance_id=instance_id, listener=listener, clock=clock)
     pod_watch = PodWatch(kube, cfg.namespaces)
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
-    controller = JobController(kube, scheduler, events, metrics, pod_watch)
+    run_cache = RunCache(kube, cfg.namespaces)
+    controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache)
     # Before any job is added: jobs come only from kopf's watch events, which start below.
     listener.bind(controller.specs.get, controller.status.refresh)
     health = None
@@ -156,6 +158,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
             await health.stop()
         raise
     pod_watch.start()
+    run_cache.start()
     resync = asyncio.create_task(controller.resync(cfg.resync_s), name="anarchon-resync")
     registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
     log.info(
@@ -177,6 +180,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         # Normally done already by the cleanup handler; here for a kopf that ended otherwise.
         await scheduler.stop(handover=True)
         await pod_watch.stop()
+        await run_cache.stop()
         if health is not None:
             await health.stop()
         await backend.close()

@@ -5,33 +5,57 @@ against the API server, and a finished Pod is seen up to a second late. With it 
 sleeps until the watch says its Pod changed, and reads it then (plus a slow resync, so a
 missed event can only delay, never lose, an outcome).
 
-Only the fact of a change is taken from the watch, never the Pod itself: the runner reads
-the Pod it acts on, so the watch needs no cache and can be dropped and restarted at any
-time. The watch is server-side filtered by label (kopf cannot do that, and would otherwise
-hold every Pod of the cluster in memory). While it is down, runners fall back to polling.
+A wake-up carries the Pod as the event delivered it (:class:`PodChange`), so the runner
+need not read it again: one GET when it starts following a Pod, then none per change. The
+watch keeps no cache (only what it hands to the runners waiting on a Pod) and can be dropped
+and restarted at any time; after a restart the runners read their Pods afresh. The watch is
+server-side filtered by label (kopf cannot do that, and would otherwise hold every Pod of the
+cluster in memory). While it is down, runners fall back to polling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 
-import aiohttp
-
-from .client import ApiException, Kube
+from .client import Kube
 from .constants import LABEL_MANAGED_BY, MANAGED_BY
-
-log = logging.getLogger("anarchon.kube.podwatch")
+from .watching import ScopedWatch
 
 Key = tuple[str, str]
 
 
-class PodWatch:
+class PodChange(asyncio.Event):
+    """Set at the next change of a Pod, with the Pod as the watch delivered it.
+
+    ``delivered`` is True when :attr:`pod` holds the newest state the watch delivered (None:
+    deleted). False when nothing was delivered, or the wake-up came from a watch restart
+    (anything may have changed meanwhile): then whoever waited reads the Pod.
+
+    The watch delivers every change in order, so a delivered state is never newer than the
+    next one it will deliver: acting on it and waiting again misses nothing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pod: dict[str, Any] | None = None
+        self.delivered = False
+
+    def deliver(self, pod: dict[str, Any] | None) -> None:
+        self.pod, self.delivered = pod, True
+        self.set()
+
+    def reread(self) -> None:
+        self.pod, self.delivered = None, False
+        self.set()
+
+
+class PodWatch(ScopedWatch):
     """Wakes whoever registered interest in a Pod when the API server reports a change to it."""
+
+    what = "Pods"
 
     def __init__(
         self,
@@ -41,34 +65,15 @@ class PodWatch:
         selector: str = f"{LABEL_MANAGED_BY}={MANAGED_BY}",
         server_timeout_s: int = 300,
     ) -> None:
-        self.kube = kube
+        super().__init__(kube, namespaces, server_timeout_s=server_timeout_s)
         self.selector = selector
-        self.server_timeout_s = server_timeout_s
-        self._scopes = list(namespaces) or [""]  # "": every namespace
-        self._watching = dict.fromkeys(self._scopes, False)
-        self._waiters: dict[Key, set[asyncio.Event]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-
-    @property
-    def healthy(self) -> bool:
-        """True while every watched scope has a live watch: runners may then sleep long."""
-        return bool(self._tasks) and all(self._watching.values())
-
-    def start(self) -> None:
-        for scope in self._scopes:
-            self._tasks.append(asyncio.create_task(self._run(scope), name=f"anarchon-podwatch:{scope or '*'}"))
-
-    async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self._waiters: dict[Key, set[PodChange]] = {}
 
     @contextlib.contextmanager
-    def interest(self, namespace: str, name: str) -> Iterator[asyncio.Event]:
+    def interest(self, namespace: str, name: str) -> Iterator[PodChange]:
         """An Event set at the next change of the Pod. Enter it *before* reading the Pod, so
         a change between the read and the wait is not lost."""
-        event = asyncio.Event()
+        event = PodChange()
         key = (namespace, name)
         self._waiters.setdefault(key, set()).add(event)
         try:
@@ -82,84 +87,43 @@ class PodWatch:
 
     # -- the watch -------------------------------------------------------------------------------
 
-    def _wake(self, key: Key) -> None:
-        for event in self._waiters.get(key, ()):
-            event.set()
-
-    def _wake_scope(self, scope: str) -> None:
-        """Anything may have changed while the watch was down: everyone in the scope rereads."""
-        for (namespace, _), events in self._waiters.items():
-            if not scope or namespace == scope:
-                for event in events:
-                    event.set()
-
-    async def _run(self, scope: str) -> None:
-        delay = 0.5
-        while True:
-            try:
-                version = await self._list(scope)
-                self._watching[scope] = True
-                self._wake_scope(scope)
-                delay = 0.5
-                await self._watch(scope, version)  # returns when the version is too old: list again
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("watching Pods in %s failed (%s); runners poll until it is back", scope or "*", exc)
-                self._watching[scope] = False
-                self._wake_scope(scope)  # sleepers chose a long wait while the watch was up
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-            finally:
-                self._watching[scope] = False
-
-    async def _list(self, scope: str) -> str:
+    async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
+        """Only the version: the Pods themselves are read by their runners."""
         core = self.kube.core
         if scope:
             listing = await core.list_namespaced_pod(scope, label_selector=self.selector, limit=1)
         else:
             listing = await core.list_pod_for_all_namespaces(label_selector=self.selector, limit=1)
-        return str(listing.metadata.resource_version)
+        return [], str(listing.metadata.resource_version)
 
-    async def _watch(self, scope: str, version: str) -> None:
+    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
         core = self.kube.core
-        while True:
-            options: dict[str, Any] = {
-                "label_selector": self.selector,
-                "watch": True,
-                "allow_watch_bookmarks": True,
-                "resource_version": version,
-                "timeout_seconds": self.server_timeout_s,
-                "_preload_content": False,
-                "_request_timeout": self.server_timeout_s + 30,
-            }
-            # Without preloading, the client hands back the raw aiohttp response to stream from.
-            if scope:
-                raw: Any = await core.list_namespaced_pod(scope, **options)
-            else:
-                raw = await core.list_pod_for_all_namespaces(**options)
-            response = cast(aiohttp.ClientResponse, raw)
-            try:
-                async for line in response.content:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        if obj.get("code") == 410:
-                            return  # our version is too old for the server: list again
-                        raise ApiException(status=obj.get("code"), reason=str(obj.get("message")))
-                    meta = obj.get("metadata") or {}
-                    version = str(meta.get("resourceVersion") or version)
-                    if event.get("type") != "BOOKMARK":
-                        self._wake((str(meta.get("namespace")), str(meta.get("name"))))
-            finally:
-                response.release()
+        if scope:
+            return await core.list_namespaced_pod(scope, label_selector=self.selector, **options)
+        return await core.list_pod_for_all_namespaces(label_selector=self.selector, **options)
+
+    def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
+        self._reread(scope)  # anything may have changed while nobody watched
+
+    def _lost(self, scope: str) -> None:
+        self._reread(scope)  # sleepers chose a long wait while the watch was up: they poll now
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        for event in self._waiters.get((str(meta.get("namespace")), str(meta.get("name"))), ()):
+            event.deliver(None if kind == "DELETED" else obj)
+
+    def _reread(self, scope: str) -> None:
+        """Everyone waiting on a Pod of the scope reads it afresh."""
+        for (namespace, _), events in self._waiters.items():
+            if not scope or namespace == scope:
+                for event in events:
+                    event.reread()
 
 
 def interest_in(
     watch: PodWatch | None, namespace: str, name: str
-) -> contextlib.AbstractContextManager[asyncio.Event | None]:
+) -> contextlib.AbstractContextManager[PodChange | None]:
     """:meth:`PodWatch.interest`, or None (nothing will wake you) when there is no watch."""
     return contextlib.nullcontext() if watch is None else watch.interest(namespace, name)
 

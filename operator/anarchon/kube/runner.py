@@ -58,7 +58,7 @@ from .pods import (
     try_of,
     waiting_of,
 )
-from .podwatch import PodWatch, interest_in, wait_for_change
+from .podwatch import PodChange, PodWatch, interest_in, wait_for_change
 from .spec import JobSpec, pod_name, run_name
 
 log = logging.getLogger("anarchon.kube.runner")
@@ -101,6 +101,7 @@ class PodRunner:
         on_change: Callable[[JobSpec], Awaitable[None]] | None = None,
         pod_watch: PodWatch | None = None,
         on_launch: Callable[[RunContext], None] | None = None,
+        wrote: Callable[[dict[str, Any]], None] | None = None,
         poll_s: float = 1.0,
         resync_s: float = 15.0,
     ) -> None:
@@ -110,8 +111,11 @@ class PodRunner:
         self.on_change = on_change
         self.pod_watch = pod_watch
         self.on_launch = on_launch  # called once a Pod was created (metrics)
+        self.wrote = wrote  # told each run object we created or wrote (the run cache)
         self.poll_s = poll_s  # how often a Pod is read when no watch wakes us
         self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
+        #: Each running attempt's run object as last created or written (by run name).
+        self._in_hand: dict[str, runs.InHand] = {}
 
     async def __call__(self, ctx: RunContext) -> None:
         try:
@@ -135,6 +139,14 @@ class PodRunner:
             trigger = "Schedule" if spec.schedule.next_after(ctx.slot - 1) == ctx.slot else "Manual"
         run = await runs.ensure_run(self.kube, spec, ctx.slot, trigger)
         name = run_name(spec.name, ctx.slot)
+        self._noted(run)
+        self._in_hand[name] = runs.InHand(run)
+        try:
+            await self._attempt_with(ctx, spec, name, run)
+        finally:
+            self._in_hand.pop(name, None)
+
+    async def _attempt_with(self, ctx: RunContext, spec: JobSpec, name: str, run: dict[str, Any]) -> None:
         run_uid = str((run.get("metadata") or {}).get("uid") or "")
         for old in ctx.replaced:
             await self._replace(spec, old.slot, ctx.slot)
@@ -333,8 +345,15 @@ class PodRunner:
         self, ctx: RunContext, spec: JobSpec, name: str, change: Callable[[runs.Status], runs.Status | None]
     ) -> None:
         """Write the run's status for this attempt; a refusal ends the attempt (a later one owns the run)."""
-        if not await runs.update_status(self.kube, spec.namespace, name, ctx.attempt, change):
+        in_hand = self._in_hand.setdefault(name, runs.InHand())
+        if not await runs.update_status(self.kube, spec.namespace, name, ctx.attempt, change, in_hand=in_hand):
             raise RunInterrupted(f"attempt {ctx.attempt}: the run {name} is owned by a later attempt, or gone")
+        if in_hand.body is not None:
+            self._noted(in_hand.body)
+
+    def _noted(self, run: dict[str, Any]) -> None:
+        if self.wrote is not None:
+            self.wrote(run)
 
     async def _follow(
         self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, try_number: int
@@ -342,15 +361,20 @@ class PodRunner:
         """Follow the try's Pod to its end; the Pod's view if it failed and another try follows."""
         pod = view.name
         shown: str | None = None  # the reason the run shows for its Pending Pod, if any
+        woke: PodChange | None = None  # what woke us last, with the Pod if the watch delivered it
         while True:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
                 return None
             with interest_in(self.pod_watch, spec.namespace, pod) as changed:  # before the read: no change slips by
                 try:
-                    view = fate_of(await read_pod(self.kube, spec.namespace, pod))
+                    if woke is not None and woke.delivered:
+                        view = fate_of(woke.pod)  # the watch's copy: no read
+                    else:
+                        view = fate_of(await read_pod(self.kube, spec.namespace, pod))
                 except ApiException as exc:
                     log.warning("reading Pod %s/%s failed: %s", spec.namespace, pod, exc.reason)
+                    woke = None
                     await self._wait(ctx, None)
                     continue
                 if view.fate in (PodFate.LIVE, PodFate.LINGERING):
@@ -358,6 +382,7 @@ class PodRunner:
                     ctx.set_alive(True)
                     shown, left_s = await self._pending(ctx, spec, name, view, shown)
                     await self._wait(ctx, changed, at_most_s=left_s)
+                    woke = changed if changed is not None and changed.is_set() else None
                     continue
             if view.fate is PodFate.SUCCEEDED:
                 await self._end(ctx, spec, name, "Succeeded", view.message, final=True)

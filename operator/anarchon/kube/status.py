@@ -23,6 +23,7 @@ from . import runs
 from .client import Kube
 from .events import EventPoster
 from .mend import mend_runs, open_run
+from .runcache import RunCache
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.status")
@@ -49,10 +50,19 @@ def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bo
 class JobStatus:
     """Writes the status of the AnarchonJobs this replica serves (all of them)."""
 
-    def __init__(self, kube: Kube, scheduler: Scheduler, events: EventPoster) -> None:
+    def __init__(
+        self, kube: Kube, scheduler: Scheduler, events: EventPoster, run_cache: RunCache | None = None
+    ) -> None:
         self.kube = kube
         self.scheduler = scheduler
         self.events = events
+        self.run_cache = run_cache
+
+    async def _runs_of(self, spec: JobSpec) -> list[dict[str, Any]]:
+        """The job's runs by slot: from the watch-fed cache when it is live, else one LIST."""
+        if self.run_cache is not None and (cached := self.run_cache.runs_of(spec.namespace, spec.name)) is not None:
+            return cached
+        return await runs.list_runs(self.kube, spec.namespace, spec.name)
 
     async def invalid(
         self, namespace: str, name: str, uid: str, generation: int, status: Mapping[str, Any], exc: Exception
@@ -109,9 +119,9 @@ class JobStatus:
 
     async def refresh(self, spec: JobSpec) -> None:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
-        items = await runs.list_runs(self.kube, spec.namespace, spec.name)
+        items = await self._runs_of(spec)
         if await mend_runs(self.kube, self.scheduler, spec, items):
-            items = await runs.list_runs(self.kube, spec.namespace, spec.name)
+            items = await runs.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
         phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
         active = [
             {
@@ -142,7 +152,7 @@ class JobStatus:
 
     async def resync(self, spec: JobSpec) -> None:
         """The periodic pass over a job, quiet or not: open runs the store ended, history, store records."""
-        items = await runs.list_runs(self.kube, spec.namespace, spec.name)
+        items = await self._runs_of(spec)
         if await mend_runs(self.kube, self.scheduler, spec, items):
             await self.refresh(spec)  # the active runs changed: the whole status, not only the history
             return

@@ -1,0 +1,154 @@
+"""Every AnarchonRun of the replica's scope, kept by one watch: a job's runs read with no request.
+
+A job's status refresh (when a run starts or ends) and its periodic resync need all of the
+job's runs. A LIST by label selector makes the API server scan every AnarchonRun of the
+namespace: with N jobs that is N scans per refresh round, N² work, and at 1,000 jobs
+requests hit the handler timeout. One watch per replica costs the server nothing per read.
+
+What is read here may be a moment old, which every reader tolerates: the status is rewritten
+at the next run's start or end, history limits only ever delete runs that are over (an older
+copy can only keep a run one round longer), and mending asks the store before it writes.
+One case would not be tolerated: a refresh right after our own write must see it, or the
+job's active runs would lag until the run's end. So a runner hands what it wrote to
+:meth:`RunCache.wrote`, and that copy is read instead until the watch delivers that very
+version (events of an older one may still be on their way: the watch delivers an object's
+changes in order, so only equality is checked, never which version is newer).
+
+Held per object: metadata, spec and status, without managedFields (most of an object's size).
+Until the first listing (or while the watch is down) :meth:`RunCache.runs_of` answers None and
+the caller lists.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .client import Kube
+from .constants import GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS, VERSION
+from .watching import ScopedWatch
+
+Key = tuple[str, str]  # namespace, name
+
+#: How long our own write is read instead of the watch's copy at most. The watch delivers it
+#: within milliseconds; the bound is for the write whose event came before :meth:`RunCache.wrote`
+#: was called and was followed by another's write: never read a copy older than the watch's for long.
+WRITTEN_FOR_S = 10.0
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {"metadata": meta, "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _job(obj: dict[str, Any]) -> str:
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB, ""))
+
+
+class RunCache(ScopedWatch):
+    """The AnarchonRuns of every watched namespace, by job."""
+
+    what = "AnarchonRuns"
+
+    def __init__(self, kube: Kube, namespaces: Sequence[str] = (), *, server_timeout_s: int = 300) -> None:
+        super().__init__(kube, namespaces, server_timeout_s=server_timeout_s)
+        self.selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        self._runs: dict[Key, dict[str, Any]] = {}
+        #: (namespace, job) -> names of its runs, so a job's runs are found without a scan.
+        self._by_job: dict[Key, set[str]] = {}
+        #: Our own writes the watch has not delivered yet, and when: read instead of the cached copy.
+        self._written: dict[Key, tuple[dict[str, Any], float]] = {}
+
+    def runs_of(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
+        """The job's runs by slot, as the watch last delivered them (and our newer writes);
+        None while the cache is not live (not listed yet, or the watch is down)."""
+        if not self.healthy:
+            return None
+        found = []
+        now = time.monotonic()
+        for name in list(self._by_job.get((namespace, job), ())):
+            key = (namespace, name)
+            written = self._written.get(key)
+            if written is not None and now - written[1] > WRITTEN_FOR_S:
+                del self._written[key]
+                written = None
+            obj = written[0] if written is not None else self._runs.get(key)
+            if obj is not None:
+                found.append(obj)
+        found.sort(key=lambda r: int((r.get("spec") or {}).get("slot") or 0))
+        return found
+
+    def wrote(self, obj: dict[str, Any]) -> None:
+        """Our own write (a create's or update's reply): read it until the watch delivers it."""
+        key = _key(obj)
+        if not self.healthy:
+            return  # nobody reads the cache, and the next listing has it
+        if (cached := self._runs.get(key)) is not None and _version(cached) == _version(obj):
+            return  # delivered already
+        self._written[key] = (_slim(obj), time.monotonic())
+        self._index(key, _job(obj))
+
+    # -- the watch -------------------------------------------------------------------------------
+
+    async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
+        custom = self.kube.custom
+        if scope:
+            listing = await custom.list_namespaced_custom_object(
+                GROUP, VERSION, scope, RUNS, label_selector=self.selector
+            )
+        else:
+            listing = await custom.list_cluster_custom_object(GROUP, VERSION, RUNS, label_selector=self.selector)
+        return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
+
+    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
+        custom = self.kube.custom
+        if scope:
+            return await custom.list_namespaced_custom_object(
+                GROUP, VERSION, scope, RUNS, label_selector=self.selector, **options
+            )
+        return await custom.list_cluster_custom_object(GROUP, VERSION, RUNS, label_selector=self.selector, **options)
+
+    def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
+        for key in [k for k in self._runs if not scope or k[0] == scope]:
+            self._drop(key)
+        for key in [k for k in self._written if not scope or k[0] == scope]:
+            del self._written[key]  # the listing is at least as new as any write before it
+        for obj in items:
+            self._put(obj)
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        if kind == "DELETED":
+            self._drop(key)
+            return
+        written = self._written.get(key)
+        if written is not None and _version(written[0]) == _version(obj):
+            del self._written[key]  # delivered: from now on the watch's copy is as new
+        self._put(obj)
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        self._runs[key] = _slim(obj)
+        self._index(key, _job(obj))
+
+    def _index(self, key: Key, job: str) -> None:
+        self._by_job.setdefault((key[0], job), set()).add(key[1])
+
+    def _drop(self, key: Key) -> None:
+        obj = self._runs.pop(key, None)
+        written = self._written.pop(key, None)
+        for held in (obj, written[0] if written is not None else None):
+            if held is not None and (names := self._by_job.get((key[0], _job(held)))) is not None:
+                names.discard(key[1])
+                if not names:
+                    del self._by_job[(key[0], _job(held))]

@@ -1,0 +1,120 @@
+"""List, then watch for ever: the loop shared by the replica's own watches (Pods, AnarchonRuns).
+
+kopf watches the AnarchonJobs; these watches cover what kopf cannot do well: a server-side
+label selector (kopf would hold every Pod of the cluster) and reads that cost no request.
+Each scope (a namespace, or "" for all) has one task: it lists, then watches from the
+listing's version; a watch that ends is resumed from the last version seen; only when the
+server no longer has that version (410 Gone) does it list again. Errors back off up to 30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, cast
+
+import aiohttp
+
+from .client import ApiException, Kube
+
+log = logging.getLogger("anarchon.kube.watching")
+
+
+class ScopedWatch:
+    """One list-then-watch loop per scope; subclasses say what to list and what an event means."""
+
+    #: What is watched, for logs and task names.
+    what = "objects"
+
+    def __init__(self, kube: Kube, namespaces: Sequence[str] = (), *, server_timeout_s: int = 300) -> None:
+        self.kube = kube
+        self.server_timeout_s = server_timeout_s
+        self._scopes = list(namespaces) or [""]  # "": every namespace
+        self._watching = dict.fromkeys(self._scopes, False)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def healthy(self) -> bool:
+        """True while every scope has a live watch (listed, and watching since)."""
+        return bool(self._tasks) and all(self._watching.values())
+
+    def start(self) -> None:
+        for scope in self._scopes:
+            self._tasks.append(asyncio.create_task(self._run(scope), name=f"anarchon-watch:{self.what}:{scope or '*'}"))
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- what subclasses say ---------------------------------------------------------------------
+
+    async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
+        """The scope's objects (as API dicts) and the listing's resourceVersion."""
+        raise NotImplementedError
+
+    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
+        """Start the watch request with ``options`` (watch=True, no preloading): its raw response."""
+        raise NotImplementedError
+
+    def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
+        """The scope was listed afresh (at start, or after the watch broke off): ``items`` is all of it."""
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event: ADDED, MODIFIED or DELETED, with the object."""
+
+    def _lost(self, scope: str) -> None:
+        """The scope's watch failed: whatever was known of it may be stale until the next listing."""
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def _run(self, scope: str) -> None:
+        delay = 0.5
+        while True:
+            try:
+                items, version = await self._list(scope)
+                self._listed(scope, items)
+                self._watching[scope] = True
+                delay = 0.5
+                await self._watch(scope, version)  # returns when the version is too old: list again
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("watching %s in %s failed (%s); retrying in %.1fs", self.what, scope or "*", exc, delay)
+                self._watching[scope] = False
+                self._lost(scope)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+            finally:
+                self._watching[scope] = False
+
+    async def _watch(self, scope: str, version: str) -> None:
+        while True:
+            options: dict[str, Any] = {
+                "watch": True,
+                "allow_watch_bookmarks": True,
+                "resource_version": version,
+                "timeout_seconds": self.server_timeout_s,
+                "_preload_content": False,
+                "_request_timeout": self.server_timeout_s + 30,
+            }
+            # Without preloading, the client hands back the raw aiohttp response to stream from.
+            response = cast(aiohttp.ClientResponse, await self._open(scope, options))
+            try:
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        if obj.get("code") == 410:
+                            return  # our version is too old for the server: list again
+                        raise ApiException(status=obj.get("code"), reason=str(obj.get("message")))
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if event.get("type") != "BOOKMARK":
+                        self._event(str(event.get("type")), obj)
+            finally:
+                response.release()

@@ -1,0 +1,105 @@
+"""RunCache against the real API server: a job's runs read from one watch, our own writes at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from controlplane import ControlPlane
+
+from anarchon.kube import runcache
+from anarchon.kube.client import Kube
+from anarchon.kube.constants import API_VERSION, GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUN_KIND, RUNS, VERSION
+from anarchon.kube.runcache import RunCache
+from anarchon.kube.spec import slot_time
+
+
+def _run(job: str, slot: int) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": RUN_KIND,
+        "metadata": {
+            "name": f"{job}-{slot}",
+            "labels": {LABEL_JOB: job, LABEL_MANAGED_BY: MANAGED_BY},
+        },
+        "spec": {"job": job, "slot": slot, "slotTime": slot_time(slot), "trigger": "Schedule"},
+    }
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    for _ in range(600):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _slots(cache: RunCache, namespace: str, job: str) -> list[int] | None:
+    found = cache.runs_of(namespace, job)
+    return None if found is None else [int(r["spec"]["slot"]) for r in found]
+
+
+def _phase(cache: RunCache, namespace: str, job: str, slot: int) -> str | None:
+    for r in cache.runs_of(namespace, job) or []:
+        if r["spec"]["slot"] == slot:
+            return str(r["status"].get("phase"))
+    return None
+
+
+@pytest.fixture
+async def cache(crds: ControlPlane, kube: Kube, namespace: str) -> AsyncIterator[RunCache]:
+    # Made before the cache starts: the listing must bring them in.
+    for job, slot in (("a", 3_000), ("a", 1_000), ("b", 2_000)):
+        await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run(job, slot))
+    runs = RunCache(kube, [namespace])
+    assert runs.runs_of(namespace, "a") is None, "not listed yet: the caller must list"
+    runs.start()
+    await _until(lambda: runs.healthy, "the watch")
+    yield runs
+    await runs.stop()
+    assert runs.runs_of(namespace, "a") is None
+
+
+async def test_runs_by_job_and_slot_from_the_listing_then_the_watch(
+    kube: Kube, namespace: str, cache: RunCache
+) -> None:
+    assert _slots(cache, namespace, "a") == [1_000, 3_000]
+    assert _slots(cache, namespace, "b") == [2_000]
+    assert _slots(cache, namespace, "nobody") == []
+    assert all("managedFields" not in r["metadata"] for r in cache.runs_of(namespace, "a") or [])
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("a", 2_000))
+    await _until(lambda: _slots(cache, namespace, "a") == [1_000, 2_000, 3_000], "the new run")
+    await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, "a-1000")
+    await _until(lambda: _slots(cache, namespace, "a") == [2_000, 3_000], "the deletion")
+
+
+async def _write_phase(kube: Kube, namespace: str, name: str, phase: str) -> dict[str, Any]:
+    body = dict(await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name))
+    body["status"] = {"phase": phase}
+    return dict(await kube.custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, RUNS, name, body))
+
+
+async def test_our_write_is_read_at_once_and_never_hides_a_later_one(
+    kube: Kube, namespace: str, cache: RunCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not delivered yet (the watch is a moment behind): our copy is what a refresh must see.
+    written = await _write_phase(kube, namespace, "b-2000", "Running")
+    ahead = {**written, "metadata": {**written["metadata"], "resourceVersion": "ahead"}, "status": {"phase": "Mine"}}
+    cache.wrote(ahead)
+    assert _phase(cache, namespace, "b", 2_000) == "Mine"
+    # Events of other versions (older ones on their way, or this one) do not drop it...
+    await _write_phase(kube, namespace, "b-2000", "Succeeded")
+    await asyncio.sleep(1)
+    assert _phase(cache, namespace, "b", 2_000) == "Mine"
+    # ... but it is read for a bounded time only: then the watch's copy, the newest, wins.
+    monkeypatch.setattr(runcache, "WRITTEN_FOR_S", 0.0)
+    assert _phase(cache, namespace, "b", 2_000) == "Succeeded"
+    # The usual case: the reply noted, the watch delivers that very version, a later write by
+    # someone else is seen (a noted copy that was already delivered is not kept at all).
+    monkeypatch.setattr(runcache, "WRITTEN_FOR_S", 3600.0)
+    cache.wrote(await _write_phase(kube, namespace, "b-2000", "Failed"))
+    assert _phase(cache, namespace, "b", 2_000) == "Failed"
+    await _write_phase(kube, namespace, "b-2000", "Interrupted")
+    await _until(lambda: _phase(cache, namespace, "b", 2_000) == "Interrupted", "the later write")
