@@ -52,8 +52,10 @@ DURATIONS = st.one_of(
     st.builds(lambda n, unit: f"{n}{unit}", st.integers(0, 3000), st.sampled_from(["ms", "s", "m", "h", "d"])),
     st.sampled_from(["", "1S", "10 seconds", "-1s", "1.5s", "30m1h", "99999999999999999d"]),
 )
-# Impossible dates (0 0 30 2 *) are left to the schedule tests: what they do is decided there.
-CRONS = st.sampled_from(["0 8 * * *", "*/15 * * * *", "30 0 12 * * *", "61 * * * *", "0 25 * * *", "0 8 * *"])
+# Valid, out of range, short of a field, and dates that never come (30 February, 31 April).
+CRONS = st.sampled_from(
+    ["0 8 * * *", "*/15 * * * *", "30 0 12 * * *", "61 * * * *", "0 25 * * *", "0 8 * *", "0 0 30 2 *", "0 0 31 4 *"]
+)
 ZONES = st.sampled_from(["UTC", "Europe/Paris", "Mars/Olympus", "Paris, France"])
 SCHEDULES = st.one_of(
     st.fixed_dictionaries({"every": DURATIONS}),
@@ -165,6 +167,7 @@ def test_generated_specs_are_admitted_and_run_or_refused_with_the_field_named(
     @example(spec={"every": "10s", "heartbeat": "5s", "lease": "5s1ms"})
     @example(spec={"cron": "0 8 * * *", "timeZone": "Mars/Olympus"})
     @example(spec={"cron": "61 * * * *"})
+    @example(spec={"cron": "0 0 30 2 *", "timeZone": "Europe/Paris"})
     @example(spec={"every": "1s", "heartbeat": "500ms", "lease": "1s", "timeout": "1s", "jitter": "1h"})
     def check(spec: dict[str, Any]) -> None:
         name = f"gen-{next(counter)}"
