@@ -28,8 +28,11 @@ Requirements: PostgreSQL 11 or newer (``hashtextextended``), psycopg 3.1 or newe
 
 Connections. ``psycopg_pool`` is not a dependency, so the backend keeps a tiny pool of its
 own: up to ``pool_size`` autocommit connections, opened lazily, each used by one call at a
-time. Every psycopg error becomes a :class:`~anarchon.engine.errors.StoreError` (with any
-password scrubbed from the message); a connection that broke is thrown away together
+time, and :data:`LEASE_CONNECTIONS` more for the writes of attempts that hold a lease
+(heartbeat, finish, release): under a burst of claims those never queue behind the claims,
+or a busy instance would lose the leases of the runs it already runs. Every psycopg error
+becomes a :class:`~anarchon.engine.errors.StoreError` (with any password scrubbed from the
+message); a connection that broke is thrown away together
 with the idle ones (a restarted server has broken all of them), so the call after an
 outage reconnects. A call that fails is never retried here: whether a claim that died in
 flight was committed is unknowable, and the engine already treats StoreError as
@@ -58,6 +61,9 @@ T = TypeVar("T")
 #: After a call's timeout, how long psycopg may try to cancel the statement on the server
 #: before the connection is given up: a server that is alive answers a cancel at once.
 CANCEL_GRACE_S = 1.0
+#: Connections of the lease writes (heartbeat, finish, release), beside ``pool_size``: each is
+#: one short single-row UPDATE, so two keep up with hundreds of running attempts.
+LEASE_CONNECTIONS = 2
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 # Identifiers are derived from the table name by suffixes (``_takeover_v1``, ``_schedules``...),
@@ -370,6 +376,8 @@ class PostgresBackend(LeaseBackend):
 
         self._slots = asyncio.Semaphore(pool_size)
         self._idle: list[Conn] = []
+        self._lease_slots = asyncio.Semaphore(LEASE_CONNECTIONS)
+        self._lease_idle: list[Conn] = []
         self._closed = False
 
     # -- connections --------------------------------------------------------------------
@@ -395,20 +403,23 @@ class PostgresBackend(LeaseBackend):
         """
         doomed = [conn] if conn is not None else []
         if idle_too:
-            doomed += self._idle
-            self._idle = []
+            doomed += self._idle + self._lease_idle
+            self._idle.clear()
+            self._lease_idle.clear()
         for c in doomed:
             with contextlib.suppress(Exception):  # already broken; closing is best effort
                 await c.close()
 
-    async def _run(self, op: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``op`` on a pooled connection, turning every failure into StoreError."""
+    async def _run(self, op: Callable[[Conn], Awaitable[T]], *, lease: bool = False) -> T:
+        """Run ``op`` on a pooled connection (of the lease writes' own, with ``lease``),
+        turning every failure into StoreError."""
         if self._closed:
             raise StoreError(f"{self._where}: backend used after close()")
-        async with self._slots:
+        slots, idle = (self._lease_slots, self._lease_idle) if lease else (self._slots, self._idle)
+        async with slots:
             conn: Conn | None = None
             try:
-                conn = self._idle.pop() if self._idle else await self._connect()
+                conn = idle.pop() if idle else await self._connect()
                 result = await self._bounded(op(conn))
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 if conn is None or conn.broken or conn.closed:
@@ -422,7 +433,7 @@ class PostgresBackend(LeaseBackend):
                 else:
                     # A query error (e.g. the table is missing before setup()) leaves an
                     # autocommit connection idle and usable.
-                    self._idle.append(conn)
+                    idle.append(conn)
                 raise self._error(exc) from exc
             except BaseException:
                 # Cancelled mid-query: the connection may be in the middle of a result.
@@ -431,7 +442,7 @@ class PostgresBackend(LeaseBackend):
             if self._closed:
                 await self._discard(conn, idle_too=False)
             else:
-                self._idle.append(conn)
+                idle.append(conn)
             return result
 
     async def _bounded(self, call: Awaitable[T]) -> T:
@@ -468,12 +479,12 @@ class PostgresBackend(LeaseBackend):
 
         return await self._run(op)
 
-    async def _rowcount(self, query: bytes, params: Sequence[Any]) -> int:
+    async def _rowcount(self, query: bytes, params: Sequence[Any], *, lease: bool = False) -> int:
         async def op(conn: Conn) -> int:
             cur = await conn.execute(query, params)
             return cur.rowcount
 
-        return await self._run(op)
+        return await self._run(op, lease=lease)
 
     # -- life cycle ---------------------------------------------------------------------
     async def setup(self) -> None:
@@ -538,7 +549,7 @@ class PostgresBackend(LeaseBackend):
         return await self._call(self._q_takeover, request, request.max_attempts)
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
-        return await self._rowcount(self._q_heartbeat, (now_ms, lease_ms, now_ms, job, slot, token)) == 1
+        return await self._rowcount(self._q_heartbeat, (now_ms, lease_ms, now_ms, job, slot, token), lease=True) == 1
 
     async def finish(
         self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
@@ -547,10 +558,11 @@ class PostgresBackend(LeaseBackend):
         if outcome.active or outcome is RunState.SKIPPED:
             raise ValueError(f"finish: {outcome} is not an outcome of a run that ran")
         params = (now_ms, str(outcome), error, str(outcome), error, now_ms, job, slot, token)
-        return await self._rowcount(self._q_finish, params) == 1
+        return await self._rowcount(self._q_finish, params, lease=True) == 1
 
     async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
-        return await self._rowcount(self._q_release, (now_ms, reason, now_ms, reason, now_ms, job, slot, token)) == 1
+        params = (now_ms, reason, now_ms, reason, now_ms, job, slot, token)
+        return await self._rowcount(self._q_release, params, lease=True) == 1
 
     # -- reads and housekeeping ---------------------------------------------------------
     async def get_run(self, job: str, slot: int) -> Run | None:

@@ -522,6 +522,9 @@ class RedisBackend(LeaseBackend):
     surface as :class:`StoreError` to the scheduler, which decides what to retry, rather than
     block a claim past its slot. Retrying a script whose reply was lost could also turn a won
     claim into ``taken`` (the run then exists, with our own token), so it is not done blindly.
+    The writes of attempts that hold a lease (heartbeat, finish, release) have a pool of their
+    own, ``lease_connections``: under a burst of claims they never wait for a connection
+    behind the claims, or a busy instance would lose the leases of the runs it already runs.
     """
 
     capabilities = Capabilities(name="redis", leases=True)
@@ -535,6 +538,7 @@ class RedisBackend(LeaseBackend):
         retention_ms: int | None = None,
         socket_timeout_s: float = 5.0,
         max_connections: int = 100,
+        lease_connections: int = 10,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ConfigError(f"redis prefix {prefix!r}: braces are reserved for the job's hash tag")
@@ -545,21 +549,28 @@ class RedisBackend(LeaseBackend):
         self.retention_ms = retention_ms
         self._safe_url = redact_url(url)
         self._owns_client = client is None
+        lease_client = client
         if client is None:
             # A blocking pool: under load a call waits (up to the socket timeout) for one of
             # the connections instead of failing at once with "Too many connections", which
             # turned overload into failed heartbeats, takeovers and duplicate runs.
-            pool = aioredis.BlockingConnectionPool.from_url(
-                url,
-                max_connections=max_connections,
-                timeout=socket_timeout_s,
-                decode_responses=True,
-                socket_timeout=socket_timeout_s,
-                socket_connect_timeout=socket_timeout_s,
-                retry=Retry(NoBackoff(), 0),
-            )
-            client = aioredis.Redis.from_pool(pool)
+            def pool(size: int) -> aioredis.Redis:
+                return aioredis.Redis.from_pool(
+                    aioredis.BlockingConnectionPool.from_url(
+                        url,
+                        max_connections=size,
+                        timeout=socket_timeout_s,
+                        decode_responses=True,
+                        socket_timeout=socket_timeout_s,
+                        socket_connect_timeout=socket_timeout_s,
+                        retry=Retry(NoBackoff(), 0),
+                    )
+                )
+
+            client, lease_client = pool(max_connections), pool(lease_connections)
         self._client: aioredis.Redis = client
+        #: The lease writes' own connections (the same client when one was passed in).
+        self._lease_client: aioredis.Redis = lease_client or client
         self._claim = client.register_script(_CLAIM)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._finish = client.register_script(_FINISH)
@@ -656,6 +667,7 @@ class RedisBackend(LeaseBackend):
     async def close(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+            await self._lease_client.aclose()
 
     # -- operations ---------------------------------------------------------------------
 
@@ -772,7 +784,9 @@ class RedisBackend(LeaseBackend):
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
         reply = await self._call(
             lambda: self._heartbeat(
-                keys=[self.run_key(job, slot), self.leases_key()], args=[token, str(now_ms), str(now_ms + lease_ms)]
+                keys=[self.run_key(job, slot), self.leases_key()],
+                args=[token, str(now_ms), str(now_ms + lease_ms)],
+                client=self._lease_client,
             )
         )
         return int(reply) == 1
@@ -795,13 +809,18 @@ class RedisBackend(LeaseBackend):
                     self._retention,
                     str(slot),
                 ],
+                client=self._lease_client,
             )
         )
         return int(reply) == 1
 
     async def release(self, job: str, slot: int, token: str, now_ms: int, reason: str) -> bool:
         reply = await self._call(
-            lambda: self._release(keys=[self.run_key(job, slot), self.leases_key()], args=[token, str(now_ms), reason])
+            lambda: self._release(
+                keys=[self.run_key(job, slot), self.leases_key()],
+                args=[token, str(now_ms), reason],
+                client=self._lease_client,
+            )
         )
         return int(reply) == 1
 
