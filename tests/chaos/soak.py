@@ -1,11 +1,13 @@
 """The chaos soak: three replicas run a mix of jobs while the API server, the store and the replicas fail.
 
 Everything is real: the replicas are OS processes talking to the test API server through
-the HTTP fault proxy (tests/faults/apiproxy.py) and to a private PostgreSQL that is frozen
-and crashed now and then; KWOK runs the Pods. Faults, at random from a seeded generator:
+the HTTP fault proxy (tests/faults/apiproxy.py) and to a private store (PostgreSQL, or Redis
+with the chart's append-only file) through toxiproxy (tests/faults/toxiproxy.py); KWOK runs
+the Pods. Faults, at random from a seeded generator:
 
 * API: 500/503/429 answers, creates whose reply is lost, slow replies, cut watches;
-* store: frozen for a moment (SIGSTOP), crashed and restarted (SIGKILL, then start);
+* store: frozen for a moment (SIGSTOP), crashed and restarted (SIGKILL, then start), and
+  through toxiproxy: unreachable, connections reset, replies lost after the server acted, slow;
 * replicas: SIGTERM (a rolling update), SIGKILL, SIGSTOP past the lease, short stalls.
 
 The referee (checker.py) watches the API server directly. :func:`soak` returns a
@@ -31,8 +33,10 @@ import aiohttp
 from anarchon.kube.client import Kube, connect
 from anarchon.kube.constants import GROUP, RUNS, VERSION
 from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.faults.toxiproxy import StoreProxy
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 from tests.servers.postgres import PostgresServer
+from tests.servers.redis import RedisServer
 
 from .checker import Checker
 
@@ -193,11 +197,65 @@ async def _watch(kube: Kube, namespace: str, plural: str, feed: Callable[[str, d
             await asyncio.sleep(0.5)
 
 
+class SoakStore:
+    """The soak's store: a real server of its own with toxiproxy in front; the replicas use :attr:`url`."""
+
+    #: What may befall it, and how often (weights).
+    KINDS = {
+        "frozen 2s": 2,  # SIGSTOP of the server: connections open, nothing answers
+        "crashed and restarted": 2,  # SIGKILL, a second down, started again on its data
+        "unreachable 2s": 1,  # the proxy closes every connection and refuses new ones
+        "connections reset": 1,  # every request for half a second answered by a TCP reset
+        "replies lost": 1,  # for half a second the server acts, the reply never comes
+        "slow 5s": 1,  # every reply 300 ± 100 ms late for 5 s
+    }
+
+    def __init__(self, server: PostgresServer | RedisServer, proxy: StoreProxy) -> None:
+        self.server = server
+        self.proxy = proxy
+        self.url = proxy.url_for(server.url)
+
+    async def fault(self, kind: str) -> None:
+        """Let ``kind`` befall the store, and end it."""
+        server, proxy = self.server, self.proxy
+        if kind == "frozen 2s":
+            await asyncio.to_thread(server.pause)
+            try:
+                await asyncio.sleep(2)
+            finally:
+                await asyncio.to_thread(server.resume)
+            return
+        if kind == "crashed and restarted":
+            await asyncio.to_thread(server.kill)
+            try:
+                await asyncio.sleep(1)
+            finally:
+                await asyncio.to_thread(server.restart)  # even when the soak's loops are cancelled
+            return
+        start, seconds = {
+            "unreachable 2s": (proxy.down, 2.0),
+            "connections reset": (proxy.reset, 0.5),
+            "replies lost": (proxy.lose_replies, 0.5),
+            "slow 5s": (lambda: proxy.latency(300, 100), 5.0),
+        }[kind]
+        fault = await asyncio.to_thread(start)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await asyncio.to_thread(fault.remove)
+
+    async def calm(self) -> None:
+        """Every fault off and the server up."""
+        await asyncio.to_thread(self.proxy.clear)
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self.server.resume)
+
+
 class Chaos:
     """The faults, each loop on its own timer, all drawn from one seeded generator."""
 
     def __init__(
-        self, rng: random.Random, proxy: ApiFaultProxy, store: PostgresServer, replicas: Replicas, checker: Checker
+        self, rng: random.Random, proxy: ApiFaultProxy, store: SoakStore, replicas: Replicas, checker: Checker
     ) -> None:
         self.rng = rng
         self.proxy = proxy
@@ -251,22 +309,14 @@ class Chaos:
                     self.replicas.kill(victim, signal.SIGCONT)
 
     async def store_loop(self, every_s: float) -> None:
+        kinds, weights = zip(*SoakStore.KINDS.items(), strict=True)
         while True:
             await asyncio.sleep(self.rng.uniform(0.5, 1.5) * every_s)
+            kind = self.rng.choices(kinds, weights)[0]
+            self.store_faults[kind] += 1
             began = time.monotonic()
             try:
-                if self.rng.random() < 0.5:
-                    self.store_faults["frozen 2s"] += 1
-                    await asyncio.to_thread(self.store.pause)
-                    try:
-                        await asyncio.sleep(2)
-                    finally:
-                        await asyncio.to_thread(self.store.resume)
-                else:
-                    self.store_faults["crashed and restarted"] += 1
-                    await asyncio.to_thread(self.store.kill)
-                    await asyncio.sleep(1)
-                    await asyncio.to_thread(self.store.restart)
+                await self.store.fault(kind)
             finally:
                 self.store_down.append((began, time.monotonic()))
 
@@ -278,12 +328,12 @@ async def soak(
     cluster: Cluster,
     replicas: Replicas,
     proxy: ApiFaultProxy,
-    store: PostgresServer,
+    store: SoakStore,
     *,
     slots: int,
     seed: int = 0,
     kill_every_s: float = 15.0,
-    store_every_s: float = 30.0,
+    store_every_s: float = 20.0,
 ) -> Report:
     rng = random.Random(seed)
     checker = Checker(skip_jobs=frozenset(p.name for p in MIX if p.overlap == "Skip"))
@@ -330,8 +380,7 @@ async def soak(
                 replicas.kill(name, signal.SIGCONT)
             else:
                 replicas.start(name, "--kubeconfig", str(proxy.kubeconfig))
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(store.resume)
+        await store.calm()
         for plan in MIX:
             await _suspend(cluster, plan.name)
         try:
