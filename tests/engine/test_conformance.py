@@ -171,6 +171,20 @@ async def test_release_lets_a_backup_take_over_at_once(lease_backend: LeaseBacke
     assert taken.won and taken.run is not None and taken.run.attempt == 2
 
 
+async def test_a_heartbeat_that_arrives_after_the_release_is_refused(
+    lease_backend: LeaseBackend, job_name: str
+) -> None:
+    """A heartbeat sent before the release but applied after it (another connection) must not
+    push the released lease forward: the backups would wait a whole lease for the next attempt
+    (seen in CI on Redis, whose lease writes have a pool of their own)."""
+    await lease_backend.claim(req(job_name, 1, "a", "t1"))
+    assert await lease_backend.release(job_name, 1, "t1", NOW + 10, "pod vanished")
+    assert not await lease_backend.heartbeat(job_name, 1, "t1", NOW + 9, LEASE)
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.lease_until_ms <= NOW + 10
+    assert [r.slot for r in await lease_backend.expired_runs(NOW + 10, 10) if r.job == job_name] == [1]
+
+
 async def test_overlap_skip_records_skipped(lease_backend: LeaseBackend, job_name: str) -> None:
     assert (await lease_backend.claim(req(job_name, 1, overlap=Overlap.SKIP))).won
     skipped = await lease_backend.claim(req(job_name, 2, "b", overlap=Overlap.SKIP))

@@ -38,10 +38,13 @@ async def test_a_run_through_an_observed_lease_store_times_every_call(tmp_path: 
     listener = Recorder()
     ran: list[int] = []
 
+    clock = fast_clock(10.0)
+
     async def work(ctx: RunContext) -> None:
         ran.append(ctx.slot)
+        await clock.sleep(1_500)  # past a heartbeat: one that ends at once has none
 
-    sched = Scheduler(store, instance_id="solo", clock=fast_clock(10.0), listener=listener)
+    sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
     sched.every("timed", "1h", work, jitter=0, heartbeat="1s", lease="3s")
     await sched.start()
     try:

@@ -427,15 +427,15 @@ async def test_takeover_clears_the_error_of_the_released_attempt(backend: RedisB
     assert [a.error for a in stored.attempts] == ["pod vanished", None]
 
 
-async def test_finish_after_release_sets_the_final_error(backend: RedisBackend) -> None:
-    """A released attempt still holds the token: finishing it replaces the release reason."""
+async def test_a_released_attempt_can_no_longer_finish(backend: RedisBackend) -> None:
+    """A release gives the token up: the released attempt cannot end the run it handed over."""
     await backend.claim(req("j", 1, token="t1"))
     assert await backend.release("j", 1, "t1", NOW + 1, "handing over")
-    assert await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCEEDED)
+    assert not await backend.finish("j", 1, "t1", NOW + 2, RunState.SUCCEEDED)
     run = await backend.get_run("j", 1)
-    assert run is not None and run.state is RunState.SUCCEEDED and run.error is None
-    assert run.attempts[0].outcome is RunState.INTERRUPTED  # closed by the release, kept as it was
-    assert "error" not in await backend.client.hgetall(backend.run_key("j", 1))
+    assert run is not None and run.state.active and run.error == "handing over"
+    assert run.attempts[0].outcome is RunState.INTERRUPTED
+    assert (await backend.client.hgetall(backend.run_key("j", 1)))["token"] == ""
 
 
 async def test_retention_on_replaced_runs(redis_url: str, prefix: str) -> None:

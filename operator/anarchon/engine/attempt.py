@@ -65,6 +65,9 @@ class AttemptRunner:
         self.listener = listener
         self._lease_until_ms = lease_until_ms
         self._fenced = asyncio.Event()
+        #: Set once the attempt's end is being written: no heartbeat may be sent after that.
+        self._beats_over = False
+        self._beat_task: asyncio.Task[None] | None = None
         #: Since when (clock ms) the timeout counts; None while the handler paused it.
         self._timer_from_ms: int | None = clock.now_ms()
         self._timer_changed = asyncio.Event()
@@ -174,12 +177,14 @@ class AttemptRunner:
         self.listener.started(ctx.job, ctx.slot, ctx.attempt)
         handler_task = asyncio.create_task(self._call_handler(), name=f"anarchon:{ctx.job}@{ctx.slot}")
         beat_task = asyncio.create_task(self._heartbeats(), name=f"anarchon-heartbeat:{ctx.job}@{ctx.slot}")
+        self._beat_task = beat_task
         try:
             return await self._until_end(handler_task)
         finally:
-            # Normally only the heartbeats are left; if this attempt itself is cancelled (the
-            # instance dies without hand-over), the handler goes with it. asyncio.wait, not
+            # Normally nothing is left; if this attempt itself is cancelled (the instance dies
+            # without hand-over), the handler and the heartbeats go with it. asyncio.wait, not
             # await: it never swallows a cancellation of this task.
+            self._beats_over = True
             beat_task.cancel()
             handler_task.cancel()
             await asyncio.wait({beat_task, handler_task}, timeout=self.options.stop_grace_ms / 1000)
@@ -205,6 +210,7 @@ class AttemptRunner:
         if not handler_task.done():
             handler_task.cancel()
             await asyncio.wait({handler_task})
+        await self._stop_heartbeats()
         if self._fenced.is_set():
             self.listener.fenced(ctx.job, ctx.slot, ctx.attempt, ctx.stop_reason or FENCED)
             return None
@@ -324,14 +330,32 @@ class AttemptRunner:
             return RunState.INTERRUPTED
         return None
 
+    async def _stop_heartbeats(self) -> None:
+        """End the heartbeats, and wait for one in flight, before the attempt's end is written.
+
+        A heartbeat sent before the release but applied after it (the lease writes have
+        several connections) would push the released lease forward again: the backups would
+        wait a whole lease for the next attempt. The flag stops the loop even if a store
+        client swallowed the cancellation of its call, which redis-py has done; the stores
+        also refuse a released attempt's token, so a heartbeat still in flight when the wait
+        gives up changes nothing.
+        """
+        self._beats_over = True
+        task = self._beat_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=self.options.stop_grace_ms / 1000)
+
     async def _heartbeats(self) -> None:
         """Push the lease forward every heartbeat while the handler is alive."""
         ctx = self.ctx
         opts = self.options
         first = True
-        while True:
+        while not self._beats_over:
             if not first:
                 await self.clock.sleep(opts.heartbeat_ms)
+                if self._beats_over:
+                    return
             first = False
             now = self.clock.now_ms()
             try:
@@ -349,5 +373,7 @@ class AttemptRunner:
                     self._fence(LEASE_LOST)
                     return
                 continue
+            if self._beats_over:
+                return
             if not ok and not await self._refused():
                 return

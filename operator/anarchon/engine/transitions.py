@@ -92,12 +92,17 @@ def finish(run: Run | None, token: str, now_ms: int, outcome: RunState, error: s
 
 
 def release(run: Run | None, token: str, now_ms: int, reason: str) -> Run | None:
-    """The current attempt ended as Interrupted, the lease expired now; None if fenced off."""
+    """The current attempt ended as Interrupted, the lease expired now; None if fenced off.
+
+    The token is cleared: a heartbeat of the released attempt that arrives late (sent before
+    the release on another connection) must not push the lease forward again.
+    """
     if run is None or not run.state.active or run.token != token:
         return None
     released = dataclasses.replace(run, attempts=list(run.attempts))
     _close_attempt(released, now_ms, RunState.INTERRUPTED, reason)
     released.lease_until_ms = now_ms
+    released.token = ""
     released.error = reason
     released.updated_ms = now_ms
     return released

@@ -347,7 +347,7 @@ class PostgresBackend(LeaseBackend):
         )
         self._q_release = q(
             "UPDATE {runs} SET attempts = {close_fn}(attempts, %s::bigint, 'Interrupted', %s::text),"
-            f" lease_until = %s::bigint, error = %s::text, updated = %s::bigint WHERE {_FENCE}"
+            f" lease_until = %s::bigint, error = %s::text, updated = %s::bigint, token = '' WHERE {_FENCE}"
         )
         self._q_get = q(f"SELECT {_COLUMNS} FROM {{runs}} WHERE job = %s AND slot = %s")
         self._q_active = q(

@@ -250,12 +250,13 @@ return 1
 """
 )
 
-# KEYS: run, leases.  ARGV: token, now, reason.  The run stays active with an expired lease.
+# KEYS: run, leases.  ARGV: token, now, reason.  The run stays active with an expired lease and no
+# token: a late heartbeat of the released attempt is refused.
 _RELEASE = (
     _LUA_FENCED
     + """
 redis.call('HSET', KEYS[1], 'attempts', close_attempt(st[3], ARGV[2], 'Interrupted', '1', ARGV[3]),
-  'lease_until', ARGV[2], 'error', ARGV[3], 'updated', ARGV[2])
+  'lease_until', ARGV[2], 'error', ARGV[3], 'updated', ARGV[2], 'token', '')
 redis.call('ZADD', KEYS[2], ARGV[2], KEYS[1])
 return 1
 """
