@@ -250,7 +250,11 @@ TRIGGERS = st.one_of(
 def test_generated_trigger_annotations_run_once_or_are_refused_and_always_handled(
     cluster: Cluster, watched: Callable[[], None]
 ) -> None:
-    cluster.apply(job_manifest("trig", every="1h", suspend=True))
+    # History limits above the number of examples: a generated slot older than the rest (such as
+    # "2534", 2.5 s after 1970) is the oldest run, so with the default limits it is pruned as soon
+    # as it ends, and the check below could miss it (seen in CI).
+    limits = {"successfulRunsHistoryLimit": 100, "failedRunsHistoryLimit": 100}
+    cluster.apply(job_manifest("trig", every="1h", suspend=True, **limits))
     cluster.wait(
         lambda: ((cluster.get("anarchonjob", "trig") or {}).get("status") or {}).get("schedule") == "every 1h",
         timeout=60,
@@ -292,7 +296,7 @@ def test_generated_trigger_annotations_run_once_or_are_refused_and_always_handle
     print(f"generated triggers: {outcomes}")
     assert all(outcomes.values()), outcomes
     # The job's handler is still free: an edit is taken up.
-    cluster.apply(job_manifest("trig", every="2h", suspend=True))
+    cluster.apply(job_manifest("trig", every="2h", suspend=True, **limits))
     cluster.wait(
         lambda: ((cluster.get("anarchonjob", "trig") or {}).get("status") or {}).get("schedule") == "every 2h",
         timeout=60,
