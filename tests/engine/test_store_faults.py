@@ -11,7 +11,16 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from anarchon.engine import LeaseBackend, RunContext, RunInterrupted, RunState, ScaledClock, Scheduler, new_token
+from anarchon.engine import (
+    ClaimOutcome,
+    LeaseBackend,
+    RunContext,
+    RunInterrupted,
+    RunState,
+    ScaledClock,
+    Scheduler,
+    new_token,
+)
 from anarchon.engine.backend import ClaimRequest
 from tests.faults.storefaults import FaultyStore
 
@@ -158,6 +167,41 @@ async def test_a_claim_whose_reply_was_lost_is_won(make_backend: Callable[[], Le
         assert result.won
         await wait_for(lambda: len(calls.calls) == 1, what="the run")
     finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+async def test_a_skip_whose_reply_was_lost_is_still_reported(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """Overlap Skip: the claim recorded the slot Skipped, its reply was lost, the retry sees "taken".
+
+    Before, nobody reported the skip (the record is written once, for everyone, and the one who
+    wrote it took it for someone else's): the operator wrote no run object for the slot, and
+    the chaos soak counted it lost.
+    """
+    clock = fast_clock(10.0)
+    store = FaultyStore(make_backend())
+    listener = Recorder()
+    release = asyncio.Event()
+
+    async def busy(ctx: RunContext) -> None:
+        await release.wait()
+
+    sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", busy, jitter=0, heartbeat="1s", lease="3s", overlap="Skip")
+    await sched.start()
+    try:
+        assert (await sched.trigger(job_name, SLOT)).won
+        lost = store.fail("claim", reply_lost=True)
+        result = await sched.trigger(job_name, SLOT + 1_000)
+        assert lost.fired == 1
+        assert result.outcome is ClaimOutcome.SKIPPED, result
+        assert [e[2] for e in listener.of("skipped")] == [str(SLOT + 1_000)]
+        run = await store.inner.get_run(job_name, SLOT + 1_000)
+        assert run is not None and run.state is RunState.SKIPPED
+    finally:
+        release.set()
         await sched.stop(handover=False)
         await store.close()
 

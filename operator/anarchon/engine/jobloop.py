@@ -351,12 +351,25 @@ class JobLoop:
             deadline_ms=lambda: self.clock.now_ms() if self._stopping else deadline,
             on_error=failed,
         )
-        if retried and result.outcome is not ClaimOutcome.WON and isinstance(self.backend, LeaseBackend):
-            mine = await self._mine(self.backend, slot, token)
-            if mine is not None:
-                result = ClaimResult(ClaimOutcome.WON, mine)
+        if retried and result.outcome is ClaimOutcome.TAKEN and isinstance(self.backend, LeaseBackend):
+            result = await self._own_lost_reply(self.backend, slot, token, result)
         self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
         return result
+
+    async def _own_lost_reply(self, backend: LeaseBackend, slot: int, token: str, taken: ClaimResult) -> ClaimResult:
+        """A retried claim found the slot taken: it may have been our own claim, its reply lost.
+
+        Won, our token holds the run. Skipped (overlap Skip), the record has no token but
+        names this instance: the skip is recorded once, for everyone, so if we did not report
+        it nobody would, and the slot would have no run object at all (seen in the chaos soak
+        with replies lost).
+        """
+        if (mine := await self._mine(backend, slot, token)) is not None:
+            return ClaimResult(ClaimOutcome.WON, mine)
+        run = taken.run
+        if run is not None and run.state is RunState.SKIPPED and run.instance == self.instance:
+            return ClaimResult(ClaimOutcome.SKIPPED, run)
+        return taken
 
     async def _mine(self, backend: LeaseBackend, slot: int, token: str) -> Run | None:
         """The run if our token holds it: a claim or takeover whose reply was lost did go through."""
