@@ -193,3 +193,74 @@ async def test_a_run_object_left_without_a_status_is_closed_with_the_stores_verd
 
     status = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)).get("status") or {}
     assert status.get("phase") == "Skipped" and status.get("finishTime"), status
+
+
+EARLY_SLOT = 1_800_000  # a run of the job older than the ones below: its object is there
+
+
+async def test_a_run_replaced_before_its_object_was_written_gets_one(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    """Every attempt of the old run broke off before its create, then the newer run replaced it.
+
+    Before, the slot had no object at all (the chaos soak counted it lost): the replacer's
+    cleanup and mending only ever wrote objects that existed.
+    """
+    await runs.ensure_run(kube, spec, EARLY_SLOT, "Schedule")
+    assert await _replace_in_store(scheduler, spec, int(time.time() * 1000) - 10 * LEASE_MS) == [OLD_SLOT]
+    await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")  # the replacer's own run
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+
+    run = cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT))
+    assert run is not None, "the replaced slot must have a run object"
+    assert run["spec"]["trigger"] == "Schedule", run["spec"]  # 01:00 of 1970 is a slot of `every 1h`
+    assert run["status"]["phase"] == "Interrupted" and run["status"].get("finishTime"), run["status"]
+    assert "replaced by the run of slot" in run["status"]["message"], run["status"]
+
+
+async def test_a_skip_whose_replica_died_before_writing_its_object_gets_one(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", past, LEASE_MS, Overlap.SKIP))
+    skipped = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", past + 1, LEASE_MS, Overlap.SKIP))
+    assert not skipped.won  # recorded Skipped; r-2 died before writing the object
+    await runs.ensure_run(kube, spec, OLD_SLOT, "Schedule")
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+
+    run = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT))
+    assert run is not None, "the skipped slot must have a run object"
+    assert run["status"]["phase"] == "Skipped" and run["status"].get("finishTime"), run["status"]
+
+
+async def test_a_run_the_history_limits_deleted_is_not_written_again(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    """failedRunsHistoryLimit 1: a newer Interrupted run is kept, so the older one's object was
+    deleted by the limits (or would be at once): its store record must not bring it back."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-1", past, LEASE_MS, Overlap.ALLOW))
+    given_up = await backend.takeover(TakeoverRequest(key, OLD_SLOT, "r-2", "t-2", past + LEASE_MS, LEASE_MS, 1))
+    assert not given_up.won and given_up.run is not None and given_up.run.state.value == "Interrupted"
+    await runs.ensure_run(kube, spec, EARLY_SLOT, "Schedule")
+    await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")
+    await runs.update_status(
+        kube,
+        spec.namespace,
+        run_name(spec.name, NEW_SLOT),
+        1,
+        lambda s: runs.end_attempt(s, attempt=1, outcome="Interrupted", message="gave up", final=True),
+    )
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+
+    assert cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT)) is None
+    assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is not None

@@ -12,6 +12,14 @@ replica runs) and asks the store about each: a run the store ended more than a l
 (whoever ended it has had its chance to write) gets the store's verdict on its object, and a
 replaced run's live Pods are deleted first. The writes are idempotent and guarded like any
 other, so replicas doing this at once agree.
+
+Some runs never got an object at all: the replica that recorded a Skipped slot died before
+writing it, a run was replaced or given up while every attempt had broken off before its
+create. A refresh (not the periodic resync: that would cost a store query per job however
+quiet) also reads the job's newest store records, and gives each one the store ended a
+lease ago, with no object, an object of its own with the store's verdict, unless the history
+limits would delete it at once (they deleted it before: it is older than every kept run of
+its kind) or it is older than every object of the job (they were all deleted by hand).
 """
 
 from __future__ import annotations
@@ -58,6 +66,46 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
         await _close(kube, spec, name, run)
         mended.append(name)
     return mended
+
+
+#: How many of a job's newest store records a refresh compares with the job's run objects.
+MISSING_LOOK = 10
+
+
+async def mend_missing(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
+    """Create, with the store's verdict, the objects of recent runs the store ended that have none."""
+    backend = scheduler.backend
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    loop = scheduler.jobs.get(key)
+    if not isinstance(backend, LeaseBackend) or loop is None or not items:
+        return []
+    slots = {int(i["spec"]["slot"]) for i in items}
+    phases = [(int(i["spec"]["slot"]), str((i.get("status") or {}).get("phase") or "")) for i in items]
+    grace_ms = loop.options.lease_ms
+    now = scheduler.clock.now_ms()
+    mended = []
+    for run in await backend.history(key, MISSING_LOOK):
+        if run.slot in slots or run.slot < min(slots) or run.state.active or now - run.updated_ms < grace_ms:
+            continue
+        kind, keep = _kind(spec, run.state)
+        kept = sorted(slot for slot, phase in phases if phase in kind)
+        if keep == 0 or (len(kept) >= keep and run.slot < kept[-keep]):
+            continue  # the history limits would delete it at once
+        body = await runs.ensure_run(kube, spec, run.slot, runs.trigger_guess(spec, run.slot))
+        name = body["metadata"]["name"]
+        log.warning("%s: the store ended it (%s), it had no object: writing one", name, run.state)
+        await _close(kube, spec, name, run)
+        mended.append(name)
+    return mended
+
+
+def _kind(spec: JobSpec, state: RunState) -> tuple[tuple[str, ...], int]:
+    """The phases kept together by the history limits with a run ended as ``state``, and how many."""
+    if state is RunState.SUCCEEDED:
+        return ("Succeeded",), spec.successful_history
+    if state is RunState.SKIPPED:
+        return ("Skipped",), spec.successful_history
+    return ("Failed", "Interrupted"), spec.failed_history
 
 
 async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:

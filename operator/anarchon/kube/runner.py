@@ -133,10 +133,8 @@ class PodRunner:
 
     async def _attempt(self, ctx: RunContext) -> None:
         spec = self.spec()
-        if ctx.cause is not None:
-            trigger = str(ctx.cause)
-        else:  # a later attempt, recreating a run object that attempt 1 never wrote: best guess
-            trigger = "Schedule" if spec.schedule.next_after(ctx.slot - 1) == ctx.slot else "Manual"
+        # A later attempt, recreating a run object that attempt 1 never wrote, guesses.
+        trigger = str(ctx.cause) if ctx.cause is not None else runs.trigger_guess(spec, ctx.slot)
         run = await runs.ensure_run(self.kube, spec, ctx.slot, trigger)
         name = run_name(spec.name, ctx.slot)
         self._noted(run)

@@ -60,6 +60,12 @@ def run_body(spec: JobSpec, job_uid: str, slot: int, trigger: str) -> dict[str, 
     }
 
 
+def trigger_guess(spec: JobSpec, slot: int) -> str:
+    """What started a run whose object is written by someone who does not know: a slot of the
+    schedule was scheduled, any other slot was a manual trigger (or a backfill)."""
+    return "Schedule" if spec.schedule.next_after(slot - 1) == slot else "Manual"
+
+
 async def ensure_run(kube: Kube, spec: JobSpec, slot: int, trigger: str) -> dict[str, Any]:
     """Create the run's object, or return the existing one (every replica may try).
 

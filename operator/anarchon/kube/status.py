@@ -22,7 +22,7 @@ from ..engine import LeaseBackend, Scheduler
 from . import runs
 from .client import Kube
 from .events import EventPoster
-from .mend import mend_runs, open_run
+from .mend import mend_missing, mend_runs, open_run
 from .runcache import RunCache
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
@@ -120,7 +120,8 @@ class JobStatus:
     async def refresh(self, spec: JobSpec) -> None:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
         items = await self._runs_of(spec)
-        if await mend_runs(self.kube, self.scheduler, spec, items):
+        mended = await mend_runs(self.kube, self.scheduler, spec, items)
+        if mended + await mend_missing(self.kube, self.scheduler, spec, items):
             items = await runs.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
         phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
         active = [
