@@ -149,6 +149,19 @@ async def test_takeover_exhausted_makes_run_interrupted(lease_backend: LeaseBack
     assert await lease_backend.active_runs(job_name) == []
 
 
+async def test_giving_up_says_how_many_attempts_were_hand_overs(lease_backend: LeaseBackend, job_name: str) -> None:
+    """maxAttempts 1 and a rolling update: attempt 1 handed over, attempt 2 lost. The engine asks
+    for 1 + 1 attempts; the message must not read "2 of 2" as if the user had allowed two."""
+    await lease_backend.claim(req(job_name, 1, "a", "t1"))
+    assert await lease_backend.release(job_name, 1, "t1", NOW + 10, "handed over: shutdown")
+    assert (await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "t2", NOW + 11, LEASE, 2))).won
+    final = await lease_backend.takeover(TakeoverRequest(job_name, 1, "c", "t3", NOW + 12 + LEASE, LEASE, 2))
+    assert final.outcome is ClaimOutcome.TAKEN
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 2
+    assert run.error == "gave up after attempt 2 of 2 (1 handed over, not counted): lease expired"
+
+
 async def test_giving_up_keeps_the_last_attempts_reason(lease_backend: LeaseBackend, job_name: str) -> None:
     """A released last attempt (its Pod vanished, say) is why the run ended: the error says so."""
     await lease_backend.claim(req(job_name, 1, "a", "t1"))

@@ -24,7 +24,7 @@ from .clock import Clock
 from .errors import RunFailed, RunInterrupted, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Handler, ResolvedOptions, RunContext
-from .model import REPLACED_BY, Overlap, RunState, token_hash
+from .model import HANDED_OVER, REPLACED_BY, Overlap, RunState, token_hash
 from .retry import retry
 
 log = logging.getLogger("anarchon.engine.attempt")
@@ -39,9 +39,6 @@ REPLACED = "replaced"
 #: Fenced because the run is over in the store (given up, or ended by another attempt):
 #: nobody will take it over, so whatever this attempt just started has nobody to follow it.
 ENDED = "ended"
-#: How the release of an attempt handed over on shutdown begins. A backup does not count
-#: such an attempt against maxAttempts: a rolling update must never use up a run's tries.
-HANDED_OVER = "handed over"
 
 
 class AttemptRunner:

@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .attempt import HANDED_OVER, SHUTDOWN, AttemptRunner
+from .attempt import SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .batch import ClaimBatcher
 from .clock import Clock
@@ -30,7 +30,7 @@ from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .lag import LoopLag
 from .limits import MAX_SLOT_MS, MIN_SLOT_MS
 from .logcontext import RunFields, attempt_running
-from .model import CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
+from .model import HANDED_OVER, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
 from .retry import Backoff, retry
 from .schedule import Schedule, slots_between
 

@@ -42,6 +42,15 @@ FINAL_STATES = frozenset(s for s in RunState if not s.active)
 
 #: How the error of a run ended by overlap Replace begins (the same text in every store).
 REPLACED_BY = "replaced by the run of slot"
+#: How the release of an attempt handed over on shutdown begins. A backup does not count
+#: such an attempt against maxAttempts: a rolling update must never use up a run's tries.
+HANDED_OVER = "handed over"
+
+
+def gave_up(attempt: int, max_attempts: int, handed_over: int, why: str) -> str:
+    """The error of a run given up after its last attempt (the stores' scripts write the same)."""
+    counted = f" ({handed_over} handed over, not counted)" if handed_over else ""
+    return f"gave up after attempt {attempt} of {max_attempts}{counted}: {why}"
 
 
 class Overlap(StrEnum):

@@ -11,7 +11,18 @@ from __future__ import annotations
 import dataclasses
 
 from .backend import ClaimRequest, TakeoverRequest
-from .model import REPLACED_BY, Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
+from .model import (
+    HANDED_OVER,
+    REPLACED_BY,
+    Attempt,
+    ClaimOutcome,
+    ClaimResult,
+    Overlap,
+    Run,
+    RunState,
+    gave_up,
+    token_hash,
+)
 
 
 def _close_attempt(run: Run, now_ms: int, outcome: RunState, error: str | None) -> None:
@@ -118,7 +129,8 @@ def takeover(run: Run | None, req: TakeoverRequest) -> tuple[ClaimResult, Run | 
     if run.attempt >= req.max_attempts:
         nxt.state = RunState.INTERRUPTED
         # Say why the last attempt ended (a released attempt left its reason), not just that it did.
-        nxt.error = f"gave up after attempt {run.attempt} of {req.max_attempts}: {run.error or 'lease expired'}"
+        handed_over = sum(1 for a in run.attempts if (a.error or "").startswith(HANDED_OVER))
+        nxt.error = gave_up(run.attempt, req.max_attempts, handed_over, run.error or "lease expired")
         nxt.lease_until_ms = 0
         return ClaimResult(ClaimOutcome.TAKEN, nxt), nxt
     nxt.attempt = run.attempt + 1

@@ -69,7 +69,8 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 # Identifiers are derived from the table name by suffixes (``_takeover_v1``, ``_schedules``...),
 # and PostgreSQL truncates identifiers at 63 bytes, so the name leaves room for the longest.
 _TABLE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
-_FUNCTIONS_VERSION = "v1"
+#: Raised whenever a function body changes (v2: a give-up says how many attempts were hand-overs).
+_FUNCTIONS_VERSION = "v2"
 
 _COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
 
@@ -206,8 +207,10 @@ BEGIN
                 END,
             state = CASE WHEN r.attempt >= p_max THEN 'Interrupted' ELSE 'Claimed' END,
             error = CASE WHEN r.attempt >= p_max
-                THEN 'gave up after attempt ' || r.attempt || ' of ' || p_max || ': '
-                     || COALESCE(NULLIF(r.error, ''), 'lease expired') END,
+                THEN 'gave up after attempt ' || r.attempt || ' of ' || p_max
+                     || COALESCE(' (' || NULLIF((SELECT count(*) FROM jsonb_array_elements(r.attempts) AS a
+                        WHERE a->>'error' LIKE 'handed over%'), 0) || ' handed over, not counted)', '')
+                     || ': ' || COALESCE(NULLIF(r.error, ''), 'lease expired') END,
             lease_until = CASE WHEN r.attempt >= p_max THEN 0 ELSE p_now + p_lease END,
             attempt = CASE WHEN r.attempt >= p_max THEN r.attempt ELSE r.attempt + 1 END,
             instance = CASE WHEN r.attempt >= p_max THEN r.instance ELSE p_instance END,

@@ -283,8 +283,19 @@ if tonumber(st[3]) >= tonumber(ARGV[2]) then
   if not last_error or last_error == '' then
     last_error = 'lease expired'
   end
+  local counted = ''
+  local handed = 0
+  for _, a in ipairs(cjson.decode(st[4])) do
+    if type(a.error) == 'string' and string.sub(a.error, 1, 11) == 'handed over' then
+      handed = handed + 1
+    end
+  end
+  if handed > 0 then
+    counted = ' (' .. handed .. ' handed over, not counted)'
+  end
   redis.call('HSET', key, 'attempts', attempts, 'updated', now, 'state', 'Interrupted',
-    'error', 'gave up after attempt ' .. st[3] .. ' of ' .. ARGV[2] .. ': ' .. last_error, 'lease_until', '0')
+    'error', 'gave up after attempt ' .. st[3] .. ' of ' .. ARGV[2] .. counted .. ': ' .. last_error,
+    'lease_until', '0')
   redis.call('ZREM', KEYS[2], ARGV[8])
   redis.call('ZREM', KEYS[4], key)
   expire_final(key, ARGV[8], KEYS[3], ARGV[7], now)
