@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from anarchon.engine import Cause, LeaseBackend, RunContext, ScaledClock, Scheduler, every
+from anarchon.engine import Cause, LeaseBackend, RunContext, ScaledClock, Scheduler, SystemClock, cron, every
 
 from .harness import Calls, Recorder, fast_clock, ran_once_then_down, wait_for
 
@@ -136,3 +136,28 @@ async def test_each_run_knows_why_it_exists_and_a_skipped_trigger_says_so(
         await sched.backend.close()
     assert manual.calls[0].cause is Cause.MANUAL
     assert {c.cause for c in calls.calls} == {Cause.SCHEDULE}
+
+
+async def test_idle_jobs_on_the_system_clock_cost_one_task_each_and_still_wake_for_an_edit(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """The real clock: an idle job's slot loop waits for its timer and for edits without tasks of
+    its own (before: an Event waiter and a timer task per job, 30,000 tasks for 10,000 jobs), and
+    an edit still wakes it: a job resumed to `every 1s` runs within seconds."""
+    backend = make_backend()
+    sched = Scheduler(backend, instance_id="one", clock=SystemClock())
+    calls = Calls(SystemClock())
+    jobs = 200
+    baseline = len(asyncio.all_tasks())
+    for i in range(jobs):
+        sched.schedule(f"{job_name}-{i}", cron("0 0 1 1 *"), calls.handler(), jitter=0)
+    await sched.start()
+    try:
+        await asyncio.sleep(1.0)  # every loop has read its schedule and gone to sleep
+        extra = len(asyncio.all_tasks()) - baseline - jobs
+        assert extra <= 5, f"{extra} tasks beside the {jobs} slot loops"
+        sched.schedule(f"{job_name}-0", every("1s"), calls.handler(), jitter=0)
+        await wait_for(lambda: bool(calls.calls), timeout_s=10, what="the edited job's first slot")
+    finally:
+        await sched.stop()
+        await backend.close()
