@@ -206,8 +206,10 @@ class SoakStore:
         "frozen 2s": 2,  # SIGSTOP of the server: connections open, nothing answers
         "crashed and restarted": 2,  # SIGKILL, a second down, started again on its data
     }
-    #: The TCP faults of toxiproxy, only with ANARCHON_SOAK_STORE_FAULTS=all: a 20,000-slot run
-    #: with them lost 4 slots (no AnarchonRun at all), not yet explained, so CI leaves them out.
+    #: The TCP faults of toxiproxy (``ANARCHON_SOAK_STORE_FAULTS=server`` leaves them out). A
+    #: 20,000-slot run with them once lost 4 slots (its logs were not kept); two ways to lose one
+    #: were found and fixed since: a Skip recorded by a claim whose reply was lost, and a run
+    #: ended in the store (replaced, given up) before any attempt had written its object.
     TCP_KINDS = {
         "unreachable 2s": 1,  # the proxy closes every connection and refuses new ones
         "connections reset": 1,  # every request for half a second answered by a TCP reset
@@ -314,7 +316,8 @@ class Chaos:
                     self.replicas.kill(victim, signal.SIGCONT)
 
     async def store_loop(self, every_s: float) -> None:
-        every = SoakStore.KINDS | (SoakStore.TCP_KINDS if os.environ.get("ANARCHON_SOAK_STORE_FAULTS") == "all" else {})
+        tcp = os.environ.get("ANARCHON_SOAK_STORE_FAULTS", "all") != "server"
+        every = SoakStore.KINDS | (SoakStore.TCP_KINDS if tcp else {})
         kinds, weights = zip(*every.items(), strict=True)
         while True:
             await asyncio.sleep(self.rng.uniform(0.5, 1.5) * every_s)

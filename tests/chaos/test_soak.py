@@ -6,7 +6,8 @@ It is part of ``bash tests/run.sh`` (and so of CI); ``bash tests/run.sh tests/ch
 ``ANARCHON_SOAK_SLOTS`` sets the size (default 3,000; e.g. 20,000 for a long run),
 ``ANARCHON_SOAK_SEED`` the random seed of the faults and ``ANARCHON_SOAK_STORE`` the store:
 ``postgres`` (the default) or ``redis`` (with the append-only file, as the chart runs it).
-``ANARCHON_SOAK_STORE_FAULTS=all`` adds toxiproxy's TCP faults in front of the store.
+Store faults are the server's (frozen, crashed and restarted) and toxiproxy's TCP faults in front of
+it; ``ANARCHON_SOAK_STORE_FAULTS=server`` keeps only the server's.
 """
 
 from __future__ import annotations
