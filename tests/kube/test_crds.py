@@ -118,6 +118,7 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     assert f">= {L.MIN_EVERY_MS}" in rules(props["every"])
     assert f">= {L.MIN_HEARTBEAT_MS}" in rules(props["heartbeat"])
     assert f">= {L.MIN_TIMEOUT_MS}" in rules(props["timeout"])
+    assert f">= {L.MIN_CATCH_UP_WINDOW_MS}" in rules(props["catchUp"]["properties"]["window"])
     assert f"<= {L.MAX_JITTER_MS}" in rules(props["jitter"])
     assert f">= {L.MIN_LEASE_HEARTBEATS} * (" in rules(JOB_SPEC_SCHEMA)
     assert f">= {L.MIN_STARTING_DEADLINE_OVER_JITTER_MS} + (" in rules(JOB_SPEC_SCHEMA)
@@ -305,6 +306,7 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("timeout-zero", {"timeout": "0ms"}, "j", ["spec.timeout must be at least 1s"]),
     ("timeout-10ms", {"timeout": "10ms"}, "j", ["spec.timeout must be at least 1s", "activeDeadlineSeconds"]),
     ("jitter-over-1h", {"jitter": "1h1ms"}, "j", ["spec.jitter must be at most 1h"]),
+    ("catch-up-window-zero", {"catchUp": {"policy": "All", "window": "0s"}}, "j", ["spec.catchUp.window must be at"]),
     ("jitter-in-days", {"jitter": "1d"}, "j", ["spec.jitter must be at most 1h"]),
     ("pending-timeout-zero", {"pendingTimeout": "0s"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("pending-timeout-10ms", {"pendingTimeout": "10ms"}, "j", ["spec.pendingTimeout must be at least 1s"]),

@@ -299,6 +299,7 @@ BAD_FIELDS: list[tuple[str, dict[str, Any], str]] = [
     ("catchUp not an object", {"catchUp": "All"}, "spec.catchUp: expected an object"),
     ("catchUp policy", {"catchUp": {"policy": "Most"}}, "spec.catchUp.policy: must be one of None, Latest, All"),
     ("catchUp window", {"catchUp": {"window": "1 hour"}}, "spec.catchUp.window: cannot parse"),
+    ("catchUp window 0s", {"catchUp": {"window": "0s"}}, "spec.catchUp.window: must be at least 1s, got '0s'"),
     ("startingDeadline", {"startingDeadline": "soon"}, "spec.startingDeadline: cannot parse"),
     (
         "startingDeadline 0s",

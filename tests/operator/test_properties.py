@@ -118,6 +118,8 @@ def _within_limits(job: JobSpec) -> list[str]:
         broken.append(f"timeout {o.timeout_ms} ms")
     if o.jitter_ms > L.MAX_JITTER_MS:
         broken.append(f"jitter {o.jitter_ms} ms")
+    if o.catch_up_window_ms < L.MIN_CATCH_UP_WINDOW_MS:
+        broken.append(f"catch-up window {o.catch_up_window_ms} ms")
     return broken
 
 

@@ -15,6 +15,7 @@ from .limits import (
     MAX_ATTEMPTS,
     MAX_JITTER_MS,
     MIN_ATTEMPTS,
+    MIN_CATCH_UP_WINDOW_MS,
     MIN_EVERY_MS,
     MIN_HEARTBEAT_MS,
     MIN_LEASE_HEARTBEATS,
@@ -216,8 +217,12 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
             f" got {_ms(options.starting_deadline_ms)}: a run waits up to the jitter before its claim,"
             " so a shorter deadline misses slots at random"
         )
-    if options.catch_up_window_ms < 0:
-        raise ConfigError(f"{job}: the catch-up window must not be negative")
+    if options.catch_up_window_ms < MIN_CATCH_UP_WINDOW_MS:
+        raise ConfigError(
+            f"{job}: the catch-up window must be at least {format_duration(MIN_CATCH_UP_WINDOW_MS)},"
+            f" got {_ms(options.catch_up_window_ms)}: slots are at least a second apart, so a shorter"
+            " window never holds a missed slot"
+        )
     if not leases:
         refused = []
         if options.overlap not in (None, Overlap.ALLOW):

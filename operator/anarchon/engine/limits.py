@@ -28,6 +28,10 @@ MIN_HEARTBEAT_MS: Final = 500
 #: that was fine: a spurious takeover.
 MIN_LEASE_HEARTBEATS: Final = 2
 
+#: Shortest catch-up window. Slots are at least a second apart (``every`` and cron alike), so a
+#: shorter window can never hold a missed slot: catch-up would be on and never run anything.
+MIN_CATCH_UP_WINDOW_MS: Final = 1_000
+
 #: Shortest attempt timeout. The operator turns it into the Pod's ``activeDeadlineSeconds``,
 #: whole seconds; a shorter timeout would fail every attempt before its work could start.
 MIN_TIMEOUT_MS: Final = 1_000

@@ -33,6 +33,7 @@ from anarchon.engine.limits import (
     MAX_RETRIES,
     MAX_RETRY_BACKOFF_MS,
     MIN_ATTEMPTS,
+    MIN_CATCH_UP_WINDOW_MS,
     MIN_EVERY_MS,
     MIN_HEARTBEAT_MS,
     MIN_LEASE_HEARTBEATS,
@@ -442,7 +443,12 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
 
     catch_up_spec = r.mapping(spec.get("catchUp"), "spec.catchUp") or {}
     catch_up = r.enum(_default(catch_up_spec, "policy", "catchUp.policy"), "spec.catchUp.policy", CatchUp)
-    window = r.duration(_default(catch_up_spec, "window", "catchUp.window"), "spec.catchUp.window")
+    window = r.duration(
+        _default(catch_up_spec, "window", "catchUp.window"),
+        "spec.catchUp.window",
+        low=MIN_CATCH_UP_WINDOW_MS,
+        why="slots are at least a second apart, so a shorter window never holds a missed slot",
+    )
 
     starting_deadline = r.duration(spec.get("startingDeadline"), "spec.startingDeadline")
     if starting_deadline is not None and jitter is not None:
