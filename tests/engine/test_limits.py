@@ -33,7 +33,8 @@ async def _noop(ctx: RunContext) -> None:
         ("10s", {"jitter_ms": -1}, "jitter must be between 0 and 1h, got -1 ms"),
         ("10s", {"max_attempts": 11}, "maxAttempts must be between 1 and 10"),
         ("10s", {"max_attempts": 0}, "maxAttempts must be between 1 and 10"),
-        ("10s", {"catch_up_window_ms": -1}, "catch-up window must not be negative"),
+        ("10s", {"catch_up_window_ms": -1}, "catch-up window must be at least 1s"),
+        ("10s", {"catch_up_window_ms": 999}, "catch-up window must be at least 1s, got 999ms"),
     ],
 )
 async def test_out_of_bounds_options_are_refused(
