@@ -397,6 +397,8 @@ class ApiFaultProxy:
         self._kubeconfig: Path | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._active: dict[int, web.BaseRequest] = {}  # by id(): requests are unhashable; proxy loop only
+        #: The most requests the proxy held at once (watches included) since the last reset.
+        self.max_in_flight = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -647,6 +649,7 @@ class ApiFaultProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self._active[id(request)] = request
+        self.max_in_flight = max(self.max_in_flight, len(self._active))
         try:
             return await self._handle_one(request)
         finally:

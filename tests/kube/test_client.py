@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import warnings
+import weakref
 
 import pytest
 from controlplane import ControlPlane
 
-from anarchon.kube.client import connect
+from anarchon.kube import client as client_module
+from anarchon.kube.client import call, connect
+from tests.faults.apiproxy import ApiFaultProxy, Fault
 
 
 async def test_requests_ignore_proxy_variables_and_netrc(
@@ -44,3 +48,26 @@ async def test_close_leaves_no_session_open(control_plane: ControlPlane) -> None
         del kube, sessions
         gc.collect()
     assert not [w for w in caught if "Unclosed" in str(w.message)]
+
+
+async def test_no_more_than_api_concurrency_requests_are_in_flight_and_the_rest_wait(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forty requests at once against a slow API server: at most API_CONCURRENCY reach it together,
+    and every one of them succeeds (the wait for a turn is not the request's timeout).
+
+    Before, the client's pool let 100 through at once (all 40 here): under overload the API
+    server, not the replica, did the queueing, and answered with 429s, 500s and timeouts.
+    """
+    monkeypatch.setattr(client_module, "API_CONCURRENCY", 4)
+    monkeypatch.setattr(client_module, "_turns", weakref.WeakKeyDictionary())
+    with ApiFaultProxy(control_plane) as proxy:
+        proxy.add(Fault("latency", seconds=0.3, verb="list", resource="namespaces"))
+        kube = await connect(str(proxy.kubeconfig))
+        try:
+            listings = await asyncio.gather(*(call("listing", kube.core.list_namespace) for _ in range(40)))
+        finally:
+            await kube.close()
+        assert all(any(ns.metadata.name == "default" for ns in listing.items) for listing in listings)
+        assert proxy.count(verb="list", resource="namespaces") == 40
+        assert 2 <= proxy.max_in_flight <= 4, proxy.max_in_flight

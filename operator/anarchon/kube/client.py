@@ -7,9 +7,12 @@ Pods, Events, status) goes through kubernetes_asyncio so the event loop is never
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import os
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -30,6 +33,35 @@ REQUEST_TIMEOUT_S = 30.0
 RETRY_FOR_MS = 60_000
 #: Answers that say "not now" rather than "no": the same request may well succeed later.
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+#: Requests one replica has in flight toward the API server at most (watches aside); the rest
+#: wait their turn, and the wait does not count against REQUEST_TIMEOUT_S. Under overload a run
+#: then starts late, as CronJob's do behind client-go's rate limiter, instead of 100 requests at
+#: once (the client's pool) making the API server answer 429 and 500 and time out.
+API_CONCURRENCY = 16
+
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+#: Set inside a request's turn: a call made from within another (none today) takes no second turn,
+#: which could otherwise wait for ever for turns held by calls waiting for it.
+_in_turn: contextvars.ContextVar[bool] = contextvars.ContextVar("anarchon_api_turn", default=False)
+
+
+@contextlib.asynccontextmanager
+async def _turn() -> AsyncIterator[None]:
+    """Wait for one of the API_CONCURRENCY turns of this event loop, and hold it."""
+    if _in_turn.get():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    turns = _turns.get(loop)
+    if turns is None:
+        turns = _turns[loop] = asyncio.Semaphore(API_CONCURRENCY)
+    async with turns:
+        token = _in_turn.set(True)
+        try:
+            yield
+        finally:
+            _in_turn.reset(token)
+
 
 __all__ = [
     "ApiException",
@@ -69,7 +101,8 @@ async def call(
     deadline = clock.now_ms() + (RETRY_FOR_MS if retry_for_ms is None else retry_for_ms)
 
     async def bounded() -> T:
-        return await asyncio.wait_for(op(), REQUEST_TIMEOUT_S)
+        async with _turn():
+            return await asyncio.wait_for(op(), REQUEST_TIMEOUT_S)
 
     def failed(exc: BaseException) -> None:
         if also is not None and isinstance(exc, also):
