@@ -163,6 +163,7 @@ class ControlPlane:
         node_count: int = 3,
         start_timeout: float = 120.0,
         keep_run_dir: bool = False,
+        audit: bool = False,
     ) -> None:
         self._own_run_dir = run_dir is None
         # A temp run dir is only named here and made by start(): constructing must not leave litter.
@@ -175,6 +176,9 @@ class ControlPlane:
         self.node_count = node_count
         self.start_timeout = start_timeout
         self.keep_run_dir = keep_run_dir
+        #: With ``audit=True``, one JSON line per finished request (who, verb, resource), written by
+        #: the API server: how bench/bench_scale.py tells each controller's requests apart.
+        self.audit_log: Path | None = self.run_dir / "audit.log" if audit else None
         self.components: list[Component] = []
         self.kubeconfig = self.run_dir / "kubeconfig"
         self.ca_file = self.run_dir / "pki" / "ca.crt"
@@ -559,9 +563,23 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *self._audit_args(),
             ],
         )
         self._poll(deadline, comp, "kube-apiserver /readyz", lambda: self._http_ok(self.server + "/readyz"))
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_log is None:
+            return []
+        policy = self.run_dir / "audit-policy.json"
+        rules = [{"level": "Metadata", "omitStages": ["RequestReceived", "ResponseStarted"]}]
+        policy.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "rules": rules}))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ]
 
     def _write_kubeconfig(self, path: Path, user: str, token: str) -> None:
         """Kubeconfig as JSON (valid YAML), CA embedded so the file is self-contained."""

@@ -1,0 +1,353 @@
+#!/usr/bin/env python
+"""N jobs on ``* * * * *``: CronJob's controller and Anarchon side by side on one control plane.
+
+Run from the repository root, after ``bash tests/run.sh`` has built the control plane once::
+
+    PYTHONPATH=operator:. python bench/bench_scale.py [--jobs 100,1000] [--minutes 3] [--store redis]
+
+One test control plane (kube-apiserver with an audit log, kube-controller-manager at its default
+client limits, KWOK nodes: Pods "run" 1 s) serves both sides in turn, each N:
+
+1. **CronJob**: N CronJobs, ``successfulJobsHistoryLimit: 10`` so that every Pod of the window is
+   still there to count; kube-controller-manager's cronjob and job controllers make the Pods.
+2. **Anarchon**: 3 replicas (processes of this checkout) on a fresh store (``--store``), N
+   AnarchonJobs with jitter 0 and ``successfulRunsHistoryLimit: 10``.
+
+Each side is watched over ``--minutes`` whole minutes (the "window", its slots are the ones
+counted as due) plus ``--grace`` seconds for late Pods; then its jobs are deleted (their Pods are
+left: counting is done by listing them) and the next side starts. Printed per side: Pods seen
+/ due (slots of the window with a Pod by the end of the grace), duplicates (a slot with more
+than one Pod), runs given up, slot→Pod delay p50/p99/max (Pod creation time - slot, whole
+seconds), API requests of the controller within the window per Pod created within it (from the
+audit log: the user kube-controller-manager for CronJob, the replicas for Anarchon; by verb and
+resource with ``--verbose``), the controller's CPU seconds within the window (and per such Pod,
+in ms), its peak resident memory, and how long creating the N jobs took (for Anarchon: until
+every job's status showed its schedule). The last line gives the ratios Anarchon/CronJob. The idle cost of N jobs
+with nothing due is ``bench/bench_idle.py``'s.
+
+Both sides run on the same machine in the same run: read the ratios, not the absolute numbers
+(these machines have 2 cores and are noisy). Targets (issue 13) at N = 1,000: Pods seen >=
+CronJob's, p99 <= 0.5x, API requests per run <= 1.0x, controller CPU per run <= 1.0x; 0
+duplicates and 0 runs given up at any N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for _path in (ROOT, ROOT / "operator", ROOT / "e2e" / "controlplane"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from controlplane import ControlPlane  # noqa: E402 - after the path set-up
+from tests.operator.conftest import Replicas  # noqa: E402
+
+from anarchon.kube.constants import LABEL_JOB, LABEL_SLOT  # noqa: E402
+
+#: The audit log's name for kube-controller-manager (its static token user, see controlplane.py).
+KCM_USER = "system:kube-controller-manager"
+
+
+@dataclass
+class Side:
+    """What one side did over its window."""
+
+    name: str
+    due: int = 0
+    seen: int = 0
+    duplicates: int = 0
+    given_up: int = 0
+    delays_s: list[float] = field(default_factory=list)
+    requests: Counter[str] = field(default_factory=Counter)
+    cpu_s: float = 0.0
+    rss_mb: float = 0.0
+    setup_s: float = 0.0
+
+    #: Pods created within the window (of any slot): what the window's requests and CPU paid for.
+    made: int = 0
+
+    @property
+    def per_run(self) -> float:
+        return sum(self.requests.values()) / max(self.made, 1)
+
+    @property
+    def cpu_per_run(self) -> float:
+        return self.cpu_s / max(self.made, 1)
+
+    def p99(self) -> float:
+        d = sorted(self.delays_s)
+        return d[int(0.99 * (len(d) - 1))] if d else float("nan")
+
+    def row(self) -> str:
+        d = sorted(self.delays_s) or [float("nan")]
+        p = (statistics.quantiles(d, n=100) if len(d) > 1 else d * 99)[:99]
+        cpu_ms = 1000 * self.cpu_per_run
+        return (
+            f"{self.name:<22} {self.seen:>6}/{self.due:<6} {self.duplicates:>4} {self.given_up:>8}"
+            f" {p[49]:>7.1f} {p[98]:>7.1f} {d[-1]:>7.1f} {self.per_run:>8.1f} {self.cpu_s:>8.1f} {cpu_ms:>7.1f}"
+            f" {self.rss_mb:>7.0f} {self.setup_s:>7.1f}"
+        )
+
+
+HEADER = (
+    f"{'side':<22} {'Pods seen/due':>13} {'dups':>4} {'given up':>8} {'p50 s':>7} {'p99 s':>7} {'max s':>7}"
+    f" {'req/run':>8} {'CPU s':>8} {'ms/run':>7} {'RSS MB':>7} {'setup s':>7}"
+)
+
+
+def kubectl(cp: ControlPlane, *args: str, stdin: str | None = None, timeout: float = 600) -> str:
+    out = subprocess.run(
+        ["kubectl", "--kubeconfig", str(cp.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+    return out.stdout
+
+
+def apply_list(cp: ControlPlane, items: list[dict[str, Any]]) -> None:
+    for i in range(0, len(items), 200):  # kubectl sends one request per object; 200 per call keeps memory low
+        chunk = {"apiVersion": "v1", "kind": "List", "items": items[i : i + 200]}
+        kubectl(cp, "apply", "-f", "-", stdin=json.dumps(chunk))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks (USER_HZ = 100)
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def next_minute(after: float) -> float:
+    return (int(after) // 60 + 1) * 60
+
+
+def audit_requests(cp: ControlPlane, start: float, end: float, who: Any) -> Counter[str]:
+    """Requests that ended in [start, end) and that ``who(event)`` claims, by "verb resource"."""
+    assert cp.audit_log is not None
+    counts: Counter[str] = Counter()
+    with cp.audit_log.open() as log:
+        for line in log:
+            event = json.loads(line)
+            at = datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")).timestamp()
+            if not start <= at < end or not who(event) or event.get("verb") == "watch":
+                continue
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            counts[f"{event['verb']} {resource}"] += 1
+    return counts
+
+
+def delay_of(pod: dict[str, Any], slot_s: float) -> float:
+    created = datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+    return created - slot_s
+
+
+def wait_window(minutes: int, pids: list[int]) -> tuple[float, float, float]:
+    """Sleep to the next minute and through ``minutes`` minutes: the window's ends, and the CPU
+    seconds ``pids`` used within it."""
+    start = next_minute(time.time() + 5)
+    end = start + 60 * minutes
+    print(f"  window {datetime.fromtimestamp(start, UTC):%H:%M:%S} + {minutes} min", file=sys.stderr)
+    time.sleep(max(0.0, start - time.time()))
+    cpu0 = sum(cpu_seconds(p) for p in pids)
+    time.sleep(max(0.0, end - time.time()))
+    return start, end, sum(cpu_seconds(p) for p in pids) - cpu0
+
+
+def count_pods(side: Side, pods: list[dict[str, Any]], start: float, end: float, slot_of: Any) -> None:
+    """Fill in the side's Pods: per slot of the window (seen, duplicates, delays), and made within it."""
+    per_slot: Counter[tuple[str, float]] = Counter()
+    for pod in pods:
+        created = delay_of(pod, 0.0)
+        side.made += start <= created < end
+        key = slot_of(pod)
+        if key is not None and start <= key[1] < end:
+            per_slot[key] += 1
+            side.delays_s.append(created - key[1])
+    side.seen = len(per_slot)
+    side.duplicates = sum(1 for c in per_slot.values() if c > 1)
+
+
+def cronjob_side(cp: ControlPlane, n: int, minutes: int, grace_s: float) -> Side:
+    side = Side("CronJob (kcm)")
+    ns = f"cron-{n}"
+    kubectl(cp, "create", "namespace", ns)
+    pod_spec = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+    }
+    items = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": f"c{i}", "namespace": ns},
+            "spec": {
+                "schedule": "* * * * *",
+                "successfulJobsHistoryLimit": 10,
+                "jobTemplate": {
+                    "spec": {
+                        "backoffLimit": 0,
+                        "template": {"metadata": {"annotations": {"anarchon.test/run-seconds": "1"}}, "spec": pod_spec},
+                    }
+                },
+            },
+        }
+        for i in range(n)
+    ]
+    t0 = time.time()
+    apply_list(cp, items)
+    side.setup_s = time.time() - t0
+    kcm = next(c for c in cp.components if c.name == "kube-controller-manager").proc.pid
+    start, end, side.cpu_s = wait_window(minutes, [kcm])
+    side.rss_mb = peak_rss_mb(kcm)
+    time.sleep(grace_s)
+    side.requests = audit_requests(cp, start, end, lambda e: e["user"]["username"] == KCM_USER)
+    pods = json.loads(kubectl(cp, "get", "pods", "-n", ns, "-o", "json"))["items"]
+    kubectl(cp, "delete", "namespace", ns, "--wait=false")  # its CronJobs, Jobs and Pods go
+
+    def slot_of(pod: dict[str, Any]) -> tuple[str, float] | None:
+        # A CronJob's Job is named <cronjob>-<scheduled time in minutes since 1970>.
+        cron, _, minute = str((pod["metadata"].get("labels") or {}).get("job-name", "")).rpartition("-")
+        return (cron, int(minute) * 60.0) if minute.isdigit() else None
+
+    count_pods(side, pods, start, end, slot_of)
+    side.due = n * minutes
+    return side
+
+
+def anarchon_side(cp: ControlPlane, n: int, minutes: int, grace_s: float, store: str, log_dir: Path) -> Side:
+    side = Side(f"Anarchon ({store})")
+    ns = f"anarchon-{n}"
+    kubectl(cp, "create", "namespace", ns)
+    server: Any
+    if store == "redis":
+        from tests.servers.redis import RedisServer
+
+        server = RedisServer().start()
+        url = server.url
+    elif store == "postgres":
+        from tests.servers.postgres import PostgresServer
+
+        server = PostgresServer().start()
+        url = server.url
+    else:
+        server = None
+        url = f"sqlite://{log_dir / f'store-{n}.db'}"
+    replicas = Replicas(cp, ns, url, log_dir)
+    try:
+        for i in range(3):
+            replicas.start(f"replica-{n}-{i}")
+        items = [
+            {
+                "apiVersion": "anarchon.io/v1alpha1",
+                "kind": "AnarchonJob",
+                "metadata": {"name": f"a{i}", "namespace": ns},
+                "spec": {
+                    "cron": "* * * * *",
+                    "jitter": "0s",
+                    "successfulRunsHistoryLimit": 10,
+                    "template": {
+                        "metadata": {"annotations": {"anarchon.test/run-seconds": "1"}},
+                        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
+                    },
+                },
+            }
+            for i in range(n)
+        ]
+        t0 = time.time()
+        apply_list(cp, items)
+        while True:  # every job scheduled by the replicas (its status says so)
+            jobs = json.loads(kubectl(cp, "get", "anarchonjobs", "-n", ns, "-o", "json"))["items"]
+            if sum(1 for j in jobs if (j.get("status") or {}).get("schedule")) >= n or time.time() - t0 > 600:
+                break
+            time.sleep(2)
+        side.setup_s = time.time() - t0
+        pids = [p.pid for p in replicas.procs.values()]
+        start, end, side.cpu_s = wait_window(minutes, pids)
+        side.rss_mb = max(peak_rss_mb(p) for p in pids)
+        time.sleep(grace_s)
+
+        def replica(event: dict[str, Any]) -> bool:
+            # The replicas use the admin kubeconfig, as does this script's kubectl (not run in the window).
+            return event["user"]["username"] == "admin" and not str(event.get("userAgent")).startswith("kubectl")
+
+        side.requests = audit_requests(cp, start, end, replica)
+        replicas.stop_all()
+        runs = json.loads(kubectl(cp, "get", "anarchonruns", "-n", ns, "-o", "json"))["items"]
+        side.given_up = sum(1 for r in runs if str((r.get("status") or {}).get("message", "")).startswith("gave up"))
+        pods = json.loads(kubectl(cp, "get", "pods", "-n", ns, "-o", "json"))["items"]
+        kubectl(cp, "delete", "anarchonjobs", "--all", "-n", ns, "--wait=false")  # their runs and Pods go too
+    finally:
+        replicas.stop_all()
+        if server is not None:
+            server.stop()
+
+    def slot_of(pod: dict[str, Any]) -> tuple[str, float] | None:
+        labels = pod["metadata"].get("labels") or {}
+        return (labels.get(LABEL_JOB, ""), int(labels[LABEL_SLOT]) / 1000) if LABEL_SLOT in labels else None
+
+    count_pods(side, pods, start, end, slot_of)
+    side.due = n * minutes
+    return side
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", default="100,1000", help="numbers of jobs, comma-separated")
+    parser.add_argument("--minutes", type=int, default=3, help="whole minutes watched per side")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds after the window for late Pods")
+    parser.add_argument("--store", default="redis", choices=("redis", "postgres", "sqlite"))
+    parser.add_argument("--verbose", action="store_true", help="requests per run by verb and resource")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="anarchon-bench-scale-") as tmp, ControlPlane(audit=True) as cp:
+        kubectl(cp, "apply", "-f", str(ROOT / "crds"))
+        crds = ("crd/anarchonjobs.anarchon.io", "crd/anarchonruns.anarchon.io")
+        kubectl(cp, "wait", "--for=condition=Established", *crds)
+        results = []
+        for n in (int(x) for x in args.jobs.split(",")):
+            print(f"N = {n}: CronJob ...", file=sys.stderr)
+            cron = cronjob_side(cp, n, args.minutes, args.grace)
+            print(f"N = {n}: Anarchon ({args.store}) ...", file=sys.stderr)
+            anarchon = anarchon_side(cp, n, args.minutes, args.grace, args.store, Path(tmp))
+            results.append((n, cron, anarchon))
+            print(f"\nN = {n} jobs on '* * * * *', {args.minutes} min + {args.grace:.0f} s grace")
+            print(HEADER)
+            for side in (cron, anarchon):
+                print(side.row())
+                if args.verbose:
+                    for kind, count in side.requests.most_common(12):
+                        print(f"{'':<24}{count / max(side.seen, 1):6.2f}  {kind}")
+            pods = anarchon.seen / max(cron.seen, 1)
+            p99 = anarchon.p99() / max(cron.p99(), 1.0)
+            requests = anarchon.per_run / max(cron.per_run, 0.01)
+            cpu = anarchon.cpu_per_run / max(cron.cpu_per_run, 1e-3)
+            print(
+                f"ratios Anarchon/CronJob: Pods seen {pods:.2f} (target >= 1), slot->Pod p99 {p99:.2f} (<= 0.5;"
+                f" CronJob's taken as 1 s at least), API requests/run {requests:.2f} (<= 1.0),"
+                f" CPU/run {cpu:.2f} (<= 1.0); duplicates {anarchon.duplicates}, given up {anarchon.given_up} (0)"
+            )
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
