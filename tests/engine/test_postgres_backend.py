@@ -12,6 +12,7 @@ import asyncio
 import copy
 import random
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
@@ -136,7 +137,7 @@ async def test_setup_of_an_existing_schema_does_not_wait_for_writers(
 async def test_setup_recreates_what_is_missing(backend: PostgresBackend, postgres_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE %s", (f"{backend.table}_claim_%",)
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname LIKE %s", (f"{backend.table}_claim_v%",)
         )
         rows = await cur.fetchall()
         assert len(rows) == 1
@@ -458,3 +459,38 @@ async def test_closed_backend_refuses_calls(postgres_url: str) -> None:
     await backend.close()
     with pytest.raises(StoreError, match="after close"):
         await backend.get_run("job", 1)
+
+
+async def test_a_batch_of_claims_is_one_round_trip_and_two_batches_never_deadlock(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """Fifty jobs due together: one statement per instance's batch (it was fifty). Two instances
+    claim the same fifty slots at once, in opposite orders: each slot has one winner, and the
+    job locks, held until a batch ends, are taken in one order (no deadlock error)."""
+    other = PostgresBackend(postgres_url, table=backend.table)
+    await other.setup()
+    statements = 0
+    rows = backend._rows
+
+    async def counted(query: bytes, params: object) -> list[tuple[object, ...]]:
+        nonlocal statements
+        statements += 1
+        return await rows(query, params)  # type: ignore[arg-type]
+
+    backend._rows = counted  # type: ignore[method-assign]
+    jobs = [f"j{i:02d}" for i in range(50)]
+    try:
+        for _ in range(5):
+            slot = random.randrange(1, 10**9)
+            mine = [ClaimRequest(j, slot, "a", f"a-{j}", NOW, LEASE, Overlap.ALLOW) for j in jobs]
+            theirs = [ClaimRequest(j, slot, "b", f"b-{j}", NOW, LEASE, Overlap.ALLOW) for j in reversed(jobs)]
+            before = statements
+            a, b = await asyncio.gather(backend.claim_many(mine), other.claim_many(theirs))
+            assert statements - before == 1
+            assert not [x for x in (*a, *b) if isinstance(x, BaseException)], (a, b)
+            won = Counter(r.run.instance for r in (*a, *b) if isinstance(r, ClaimResult) and r.won and r.run)
+            assert sum(won.values()) == len(jobs), won
+            for j, answer in zip(jobs, a, strict=True):
+                assert isinstance(answer, ClaimResult) and answer.run is not None and answer.run.job == j
+    finally:
+        await other.close()

@@ -5,7 +5,7 @@ Layout. One row per run in ``anarchon_runs`` (primary key ``(job, slot)``, the a
 check and :meth:`active_runs` read a handful of index entries however long the history, a
 second one over the active runs' lease ends so that the backups' :meth:`expired_runs` of all
 jobs reads only the few leases that ran out, and
-``anarchon_schedules`` for :meth:`schedule_since`, and three PL/pgSQL/SQL functions whose
+``anarchon_schedules`` for :meth:`schedule_since`, and four PL/pgSQL/SQL functions whose
 names carry a version (``anarchon_runs_claim_v1``...). :meth:`setup` looks them up, and only
 if something is missing creates it with ``IF NOT EXISTS`` / ``OR REPLACE``, serialized by a
 transaction-scoped advisory lock, because two instances starting at once can otherwise
@@ -14,8 +14,9 @@ race on the system catalogs (a unique violation on ``pg_type`` is the classic sy
 Semantics. Every operation does exactly what :mod:`anarchon.engine.transitions` does; the
 conformance suite holds this backend to the same tests as the SQLite reference. The logic
 lives in the server rather than in Python for speed: a claim is ONE round trip to a
-PL/pgSQL function, heartbeat/finish/release are one ``UPDATE`` each, and a takeover is one
-call to a function. Claims must also be atomic *across slots* of a job (overlap Skip:
+PL/pgSQL function (the claims due together, one call of a function that makes each claim in
+turn), heartbeat/finish/release are one ``UPDATE`` each, and a takeover is one call to a
+function. Claims must also be atomic *across slots* of a job (overlap Skip:
 two different slots of the same job claimed at once must not both run), which a primary
 key alone cannot give; the claim function takes a per-job ``pg_advisory_xact_lock``, so
 claims of one job are serialized while claims of different jobs never wait for each other.
@@ -190,6 +191,24 @@ BEGIN
 END
 $fn$;
 
+-- Claims due together, in one round trip: the claim function for each, in order. The
+-- statement is one transaction, so the job locks of the whole batch are held until it ends;
+-- callers sort a batch by job, so that two instances' batches take them in the same order.
+CREATE OR REPLACE FUNCTION {claim_many_fn}(
+    p_jobs text[], p_slots bigint[], p_instances text[], p_tokens text[], p_token_hashes text[],
+    p_nows bigint[], p_leases bigint[], p_overlaps text[])
+RETURNS TABLE (
+    o_i integer, o_role text, o_job text, o_slot bigint, o_state text, o_attempt integer, o_instance text,
+    o_token text, o_lease_until bigint, o_created bigint, o_updated bigint, o_error text, o_attempts jsonb)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_jobs, 1), 0) LOOP
+        RETURN QUERY SELECT i, c.* FROM {claim_fn}(p_jobs[i], p_slots[i], p_instances[i], p_tokens[i],
+            p_token_hashes[i], p_nows[i], p_leases[i], p_overlaps[i]) AS c;
+    END LOOP;
+END
+$fn$;
+
 -- transitions.takeover: one UPDATE whose WHERE is the precondition (active, lease
 -- expired), so that of several backups exactly one matches; then the current row if not.
 CREATE OR REPLACE FUNCTION {takeover_fn}({lease_params}, p_max integer)
@@ -227,6 +246,16 @@ $fn$;
 """
 
 _FENCE = "job = %s AND slot = %s AND token = %s AND state IN ('Claimed', 'Running')"
+
+
+def _claim_result(rows: Sequence[Sequence[Any]]) -> ClaimResult:
+    """A claim's answer from the claim function's rows (role, then the run's columns)."""
+    decided = [r for r in rows if r[0] != "replaced"]
+    replaced = sorted((_row_to_run(r[1:]) for r in rows if r[0] == "replaced"), key=lambda run: run.slot)
+    if not decided:
+        return ClaimResult(ClaimOutcome.TAKEN, None)
+    role, *row = decided[0]
+    return ClaimResult(ClaimOutcome(role), _row_to_run(row), replaced)
 
 
 def _row_to_run(row: Sequence[Any]) -> Run:
@@ -309,6 +338,7 @@ class PostgresBackend(LeaseBackend):
             # a signature, and must not change the semantics under the old instances).
             "close_fn": ident(f"{table}_close_{_FUNCTIONS_VERSION}"),
             "claim_fn": ident(f"{table}_claim_{_FUNCTIONS_VERSION}"),
+            "claim_many_fn": ident(f"{table}_claim_many_{_FUNCTIONS_VERSION}"),
             "takeover_fn": ident(f"{table}_takeover_{_FUNCTIONS_VERSION}"),
             "lock_prefix": sql.Literal(f"{table}:"),
         }
@@ -323,7 +353,7 @@ class PostgresBackend(LeaseBackend):
         # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
         # like every query here).
         relations = ("runs", "schedules", "active_index", "lease_index")
-        functions = ("close_fn", "claim_fn", "takeover_fn")
+        functions = ("close_fn", "claim_fn", "claim_many_fn", "takeover_fn")
         self._schema_objects = tuple(names[key].as_string(None) for key in (*relations, *functions))
         self._q_schema_exists = (
             "SELECT "
@@ -335,6 +365,10 @@ class PostgresBackend(LeaseBackend):
         self._q_claim = q(
             "SELECT * FROM {claim_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
             " %s::bigint, %s::bigint, %s::text)"
+        )
+        self._q_claim_many = q(
+            "SELECT * FROM {claim_many_fn}(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[],"
+            " %s::bigint[], %s::bigint[], %s::text[])"
         )
         self._q_takeover = q(
             "SELECT * FROM {takeover_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
@@ -538,15 +572,40 @@ class PostgresBackend(LeaseBackend):
                 last,
             ),
         )
-        decided = [r for r in rows if r[0] != "replaced"]
-        replaced = sorted((_row_to_run(r[1:]) for r in rows if r[0] == "replaced"), key=lambda run: run.slot)
-        if not decided:
-            return ClaimResult(ClaimOutcome.TAKEN, None)
-        role, *row = decided[0]
-        return ClaimResult(ClaimOutcome(role), _row_to_run(row), replaced)
+        return _claim_result(rows)
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         return await self._call(self._q_claim, request, str(Overlap(request.overlap)))
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
+        """Every claim in one call of the claim-many function: one round trip, in order.
+
+        Sorted by job first (stable: one job's claims keep their order), so that the job locks,
+        held until the batch ends, are taken in the same order by every instance: two batches
+        wait for each other, never deadlock. A batch that fails fails every claim in it.
+        """
+        if len(requests) <= 1:
+            return await super().claim_many(requests)
+        order = sorted(range(len(requests)), key=lambda i: requests[i].job)
+        sent = [requests[i] for i in order]
+        params = (
+            [r.job for r in sent],
+            [r.slot for r in sent],
+            [r.instance for r in sent],
+            [r.token for r in sent],
+            [token_hash(r.token) for r in sent],
+            [r.now_ms for r in sent],
+            [r.lease_ms for r in sent],
+            [str(Overlap(r.overlap)) for r in sent],
+        )
+        try:
+            rows = await self._rows(self._q_claim_many, params)
+        except StoreError as exc:
+            return [exc] * len(requests)
+        by_request: list[list[tuple[Any, ...]]] = [[] for _ in requests]
+        for i, *row in rows:
+            by_request[order[i - 1]].append(tuple(row))
+        return [_claim_result(r) for r in by_request]
 
     async def takeover(self, request: TakeoverRequest) -> ClaimResult:
         return await self._call(self._q_takeover, request, request.max_attempts)
