@@ -10,10 +10,11 @@ import pytest
 from controlplane import ControlPlane
 
 from anarchon.kube import runcache
-from anarchon.kube.client import Kube
+from anarchon.kube.client import Kube, connect
 from anarchon.kube.constants import API_VERSION, GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUN_KIND, RUNS, VERSION
 from anarchon.kube.runcache import RunCache
 from anarchon.kube.spec import slot_time
+from tests.faults.apiproxy import ApiFaultProxy, Fault
 
 
 def _run(job: str, slot: int) -> dict[str, Any]:
@@ -103,3 +104,29 @@ async def test_our_write_is_read_at_once_and_never_hides_a_later_one(
     assert _phase(cache, namespace, "b", 2_000) == "Failed"
     await _write_phase(kube, namespace, "b-2000", "Interrupted")
     await _until(lambda: _phase(cache, namespace, "b", 2_000) == "Interrupted", "the later write")
+
+
+async def test_a_watch_cut_again_and_again_is_noticed_and_misses_no_run(
+    crds: ControlPlane, control_plane: ControlPlane, namespace: str
+) -> None:
+    """Behind the fault proxy the watch is cut three times while runs are created: each cut makes
+    the cache unhealthy (callers list instead), and once it is healthy again it has every run."""
+    with ApiFaultProxy(control_plane) as proxy:
+        kube = await connect(str(proxy.kubeconfig))
+        runs = RunCache(kube, [namespace])
+        cut = proxy.add(Fault("cut_watch", seconds=0.4, resource="anarchonruns", times=3))
+        runs.start()
+        unhealthy_seen = 0
+        try:
+            for slot in range(1_000, 13_000, 1_000):
+                await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("c", slot))
+                for _ in range(4):
+                    unhealthy_seen += not runs.healthy
+                    await asyncio.sleep(0.05)
+            expected = list(range(1_000, 13_000, 1_000))
+            await _until(lambda: runs.healthy and _slots(runs, namespace, "c") == expected, "every run, after the cuts")
+            assert cut.fired == 3, cut.fired
+            assert unhealthy_seen, "a cut watch must make the cache say it cannot be trusted"
+        finally:
+            await runs.stop()
+            await kube.close()
