@@ -95,3 +95,11 @@ def test_missing_credentials(tmp_path: Path, setup: str, fragments: list[str]) -
         env["KUBECONFIG"] = "/nonexistent/kubeconfig"
     one_line_error(operator(tmp_path, "--store", f"sqlite://{tmp_path / 's.db'}", **env), 2, *fragments)
     one_line_error(anarchon(tmp_path, "trigger", "job", "-n", "default", **env), 2, "anarchon trigger: ", *fragments)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("0", "must be between 1 and 1000, got 0"), ("many", "expected a whole number, got 'many'")],
+)
+def test_an_api_concurrency_that_cannot_work(tmp_path: Path, value: str, fragment: str) -> None:
+    one_line_error(operator(tmp_path, "--api-concurrency", value), 2, "--api-concurrency", fragment)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import warnings
-import weakref
 
 import pytest
 from controlplane import ControlPlane
 
-from anarchon.kube import client as client_module
 from anarchon.kube.client import call, connect
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 
@@ -51,7 +49,7 @@ async def test_close_leaves_no_session_open(control_plane: ControlPlane) -> None
 
 
 async def test_no_more_than_api_concurrency_requests_are_in_flight_and_the_rest_wait(
-    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+    control_plane: ControlPlane,
 ) -> None:
     """Forty requests at once against a slow API server: at most API_CONCURRENCY reach it together,
     and every one of them succeeds (the wait for a turn is not the request's timeout).
@@ -59,11 +57,9 @@ async def test_no_more_than_api_concurrency_requests_are_in_flight_and_the_rest_
     Before, the client's pool let 100 through at once (all 40 here): under overload the API
     server, not the replica, did the queueing, and answered with 429s, 500s and timeouts.
     """
-    monkeypatch.setattr(client_module, "API_CONCURRENCY", 4)
-    monkeypatch.setattr(client_module, "_turns", weakref.WeakKeyDictionary())
     with ApiFaultProxy(control_plane) as proxy:
         proxy.add(Fault("latency", seconds=0.3, verb="list", resource="namespaces"))
-        kube = await connect(str(proxy.kubeconfig))
+        kube = await connect(str(proxy.kubeconfig), api_concurrency=4)  # the operator's --api-concurrency
         try:
             listings = await asyncio.gather(*(call("listing", kube.core.list_namespace) for _ in range(40)))
         finally:

@@ -30,6 +30,17 @@ def _resync_ms(value: str) -> int:
     return ms
 
 
+def _api_concurrency(value: str) -> int:
+    """``--api-concurrency``: requests in flight toward the API server, 1 to 1,000."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 1000, got {n}")
+    return n
+
+
 def run(args: argparse.Namespace) -> int:
     from ..engine import ConfigError
     from ..kube.client import CredentialsError
@@ -48,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
         resync_s=args.resync / 1000,
+        api_concurrency=args.api_concurrency,
     )
     try:
         asyncio.run(run_operator(cfg))
@@ -75,6 +87,12 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_resync_ms,
         default="30s",
         help="how often every job is looked over: history limits of quiet jobs, old store records (default 30s)",
+    )
+    op.add_argument(
+        "--api-concurrency",
+        type=_api_concurrency,
+        default=16,
+        help="API requests in flight at most, watches aside; the rest wait their turn (default 16)",
     )
     op.add_argument(
         "--log-format",

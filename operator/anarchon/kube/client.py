@@ -183,8 +183,10 @@ class CredentialsError(Exception):
     """No usable Kubernetes credentials: no kubeconfig, an unreadable one, no service account."""
 
 
-async def connect(kubeconfig: str | None = None) -> Kube:
+async def connect(kubeconfig: str | None = None, *, api_concurrency: int | None = None) -> Kube:
     """Connect with the given kubeconfig, ``$KUBECONFIG``, or the in-cluster service account.
+
+    ``api_concurrency`` sets the turns of this event loop's requests (default API_CONCURRENCY).
 
     Raises :class:`CredentialsError`, in one line that says where it looked, when none of them
     gives credentials (the client's own message alone, "Invalid kube-config file. Expected key
@@ -208,6 +210,8 @@ async def connect(kubeconfig: str | None = None) -> Kube:
         reason = " ".join(str(exc).split()) if isinstance(exc, config.ConfigException) else "not a kubeconfig"
         raise CredentialsError(f"no usable Kubernetes credentials in {where} ({reason}); {advice}") from None
     api = client.ApiClient(configuration=cfg)
+    if api_concurrency is not None:
+        _turns[asyncio.get_running_loop()] = asyncio.Semaphore(api_concurrency)
     return Kube(
         api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api), pool_owner=_no_environment(api)
     )

@@ -19,7 +19,7 @@ from prometheus_client import start_http_server
 
 from ..engine import Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
-from .client import Kube, connect
+from .client import API_CONCURRENCY, Kube, connect
 from .constants import GROUP, JOBS, VERSION
 from .controller import JobController
 from .events import EventPoster
@@ -43,6 +43,8 @@ class OperatorConfig:
     #: How often every job is looked over for what no event asks for (history limits of a
     #: quiet job, the store's old records); see :meth:`.JobController.resync`.
     resync_s: float = 30.0
+    #: API requests in flight at most (watches aside); see :data:`.client.API_CONCURRENCY`.
+    api_concurrency: int = API_CONCURRENCY
     stop_flag: asyncio.Event | None = None
 
 
@@ -122,7 +124,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     """
     backend = from_url(cfg.store)  # no connection yet: a URL that cannot work fails here
     try:
-        kube = await connect(cfg.kubeconfig)
+        kube = await connect(cfg.kubeconfig, api_concurrency=cfg.api_concurrency)
     except BaseException:
         await backend.close()
         raise
