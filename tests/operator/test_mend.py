@@ -19,7 +19,7 @@ import pytest
 from anarchon.engine import Job, Scheduler
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
-from anarchon.engine.model import Overlap
+from anarchon.engine.model import ClaimOutcome, Overlap, RunState
 from anarchon.kube import runs
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
@@ -264,3 +264,45 @@ async def test_a_run_the_history_limits_deleted_is_not_written_again(
 
     assert cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT)) is None
     assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is not None
+
+
+async def test_a_lost_skip_of_a_job_on_every_1s_is_found_behind_newer_records(
+    kube: Kube, cluster: Cluster, tmp_path: Path
+) -> None:
+    """The 20,000-slot soak: a replica recorded a Skip of `every 1s` and was killed; by the time the
+    record was a lease old, 11 newer records stood in front of it, and the look at the newest
+    ten never saw it. The look now covers the slots of the last two minutes and a lease."""
+    cluster.apply(job_manifest("fast", every="1s", suspend=True, heartbeat="1s", lease="3s"))
+    spec = parse_job(cluster.get("anarchonjob", "fast"))
+    backend = SqliteBackend(tmp_path / "fast.db")
+    await backend.setup()
+    try:
+        scheduler = Scheduler(backend, instance_id="mender")
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        scheduler.add(Job(key, spec.schedule, _never, spec.options))
+        base = (int(time.time()) - 40) * 1000  # 40 one-second slots ago: all well over a lease old
+        await backend.claim(ClaimRequest(key, base - 1000, "r-1", "t-held", base - 1000, LEASE_MS, Overlap.SKIP))
+        lost = await backend.claim(ClaimRequest(key, base, "r-2", "t-lost", base, LEASE_MS, Overlap.SKIP))
+        assert lost.outcome is ClaimOutcome.SKIPPED  # ... and r-2 was killed before writing the object
+        await backend.finish(key, base - 1000, "t-held", base + 500, RunState.SUCCEEDED)
+        for i in range(1, 16):  # the newer runs, each with its object
+            slot = base + 1000 * i
+            await backend.claim(ClaimRequest(key, slot, "r-3", f"t-{i}", slot, LEASE_MS, Overlap.SKIP))
+            await backend.finish(key, slot, f"t-{i}", slot + 500, RunState.SUCCEEDED)
+            await runs.ensure_run(kube, spec, slot, "Schedule")
+            await runs.update_status(
+                kube,
+                spec.namespace,
+                run_name(spec.name, slot),
+                1,
+                lambda s: runs.end_attempt(s, attempt=1, outcome="Succeeded", message="ok", final=True),
+            )
+        await runs.ensure_run(kube, spec, base - 1000, "Schedule")
+
+        await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
+
+        run = cluster.get("anarchonrun", run_name(spec.name, base))
+        assert run is not None, "the lost Skip must get its run object"
+        assert run["status"]["phase"] == "Skipped", run["status"]
+    finally:
+        await backend.close()

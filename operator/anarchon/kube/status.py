@@ -154,8 +154,9 @@ class JobStatus:
     async def resync(self, spec: JobSpec) -> None:
         """The periodic pass over a job, quiet or not: open runs the store ended, history, store records."""
         items = await self._runs_of(spec)
-        if await mend_runs(self.kube, self.scheduler, spec, items):
-            await self.refresh(spec)  # the active runs changed: the whole status, not only the history
+        mended = await mend_runs(self.kube, self.scheduler, spec, items)
+        if mended + await mend_missing(self.kube, self.scheduler, spec, items):
+            await self.refresh(spec)  # the runs changed: the whole status, not only the history
             return
         await self._enforce_history(spec, items)
 
