@@ -72,8 +72,10 @@ async def test_runs_by_job_and_slot_from_the_listing_then_the_watch(
     assert all("managedFields" not in r["metadata"] for r in cache.runs_of(namespace, "a") or [])
     await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("a", 2_000))
     await _until(lambda: _slots(cache, namespace, "a") == [1_000, 2_000, 3_000], "the new run")
+    assert not cache.deleted(namespace, "a-1000")
     await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, "a-1000")
     await _until(lambda: _slots(cache, namespace, "a") == [2_000, 3_000], "the deletion")
+    assert cache.deleted(namespace, "a-1000"), "mending must know a deleted run was not lost"
 
 
 async def _write_phase(kube: Kube, namespace: str, name: str, phase: str) -> dict[str, Any]:

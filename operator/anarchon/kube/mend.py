@@ -19,13 +19,14 @@ create. A refresh and the periodic resync also read the job's newest store recor
 the last two minutes and a lease, and ten more), and give each one the store ended a lease
 ago, with no object, an object of its own with the store's verdict, unless the history
 limits would delete it at once (they deleted it before: it is older than every kept run of
-its kind) or it is older than every object of the job (they were all deleted by hand).
+its kind), the watch saw its object deleted (by hand, or by the limits), or it is older than
+every object of the job.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -36,7 +37,7 @@ from . import runs
 from .client import Kube
 from .pods import pods_of_run
 from .runner import end_replaced
-from .spec import JobSpec, engine_key
+from .spec import JobSpec, engine_key, run_name
 
 log = logging.getLogger("anarchon.kube.mend")
 
@@ -80,8 +81,18 @@ MISSING_LOOK_EXTRA = 10
 MISSING_LOOK_MAX = 200
 
 
-async def mend_missing(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
-    """Create, with the store's verdict, the objects of recent runs the store ended that have none."""
+async def mend_missing(
+    kube: Kube,
+    scheduler: Scheduler,
+    spec: JobSpec,
+    items: Sequence[dict[str, Any]],
+    deleted: Callable[[str, str], bool] = lambda namespace, name: False,
+) -> list[str]:
+    """Create, with the store's verdict, the objects of recent runs the store ended that have none.
+
+    ``deleted(namespace, name)`` says the object existed and was deleted (the run cache's
+    watch saw it go): such a run was not lost, and is left gone.
+    """
     backend = scheduler.backend
     key = engine_key(spec.namespace, spec.name, spec.uid)
     loop = scheduler.jobs.get(key)
@@ -97,6 +108,8 @@ async def mend_missing(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: S
     for run in await backend.history(key, look):
         if run.slot in slots or run.slot < min(slots) or run.state.active or now - run.updated_ms < grace_ms:
             continue
+        if deleted(spec.namespace, run_name(spec.name, run.slot)):
+            continue  # deleted by hand or by the history limits: not lost
         kind, keep = _kind(spec, run.state)
         kept = sorted(slot for slot, phase in phases if phase in kind)
         if keep == 0 or (len(kept) >= keep and run.slot < kept[-keep]):

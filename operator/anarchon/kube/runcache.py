@@ -35,6 +35,11 @@ Key = tuple[str, str]  # namespace, name
 #: within milliseconds; the bound is for the write whose event came before :meth:`RunCache.wrote`
 #: was called and was followed by another's write: never read a copy older than the watch's for long.
 WRITTEN_FOR_S = 10.0
+#: How long a deletion seen by the watch is remembered: longer than mending looks back (see
+#: :data:`.mend.MISSING_LOOK_BACK_MS`), so that a run deleted by hand or by the history limits
+#: is not written again from its store record. Pruned once more than DELETED_KEPT are held.
+DELETED_FOR_S = 600.0
+DELETED_KEPT = 10_000
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
@@ -68,6 +73,9 @@ class RunCache(ScopedWatch):
         self._by_job: dict[Key, set[str]] = {}
         #: Our own writes the watch has not delivered yet, and when: read instead of the cached copy.
         self._written: dict[Key, tuple[dict[str, Any], float]] = {}
+        #: (namespace, run name) -> when the watch saw it deleted (history limits, kubectl delete):
+        #: mending must not write such a run again. Kept DELETED_FOR_S.
+        self._deleted: dict[Key, float] = {}
 
     def runs_of(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
         """The job's runs by slot, as the watch last delivered them (and our newer writes);
@@ -126,10 +134,18 @@ class RunCache(ScopedWatch):
         for obj in items:
             self._put(obj)
 
+    def deleted(self, namespace: str, name: str) -> bool:
+        """Whether the watch saw the run ``name`` deleted lately (then it was not lost: leave it gone)."""
+        return (namespace, name) in self._deleted
+
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         key = _key(obj)
         if kind == "DELETED":
             self._drop(key)
+            now = time.monotonic()
+            self._deleted[key] = now
+            if len(self._deleted) > DELETED_KEPT:
+                self._deleted = {k: t for k, t in self._deleted.items() if now - t <= DELETED_FOR_S}
             return
         written = self._written.get(key)
         if written is not None and _version(written[0]) == _version(obj):

@@ -58,6 +58,10 @@ class JobStatus:
         self.events = events
         self.run_cache = run_cache
 
+    def _deleted(self, namespace: str, name: str) -> bool:
+        """Whether the run cache saw the run deleted lately (mending leaves such runs gone)."""
+        return self.run_cache is not None and self.run_cache.deleted(namespace, name)
+
     async def _runs_of(self, spec: JobSpec) -> list[dict[str, Any]]:
         """The job's runs by slot: from the watch-fed cache when it is live, else one LIST."""
         if self.run_cache is not None and (cached := self.run_cache.runs_of(spec.namespace, spec.name)) is not None:
@@ -121,7 +125,7 @@ class JobStatus:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
         items = await self._runs_of(spec)
         mended = await mend_runs(self.kube, self.scheduler, spec, items)
-        if mended + await mend_missing(self.kube, self.scheduler, spec, items):
+        if mended + await mend_missing(self.kube, self.scheduler, spec, items, self._deleted):
             items = await runs.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
         phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
         active = [
@@ -155,7 +159,7 @@ class JobStatus:
         """The periodic pass over a job, quiet or not: open runs the store ended, history, store records."""
         items = await self._runs_of(spec)
         mended = await mend_runs(self.kube, self.scheduler, spec, items)
-        if mended + await mend_missing(self.kube, self.scheduler, spec, items):
+        if mended + await mend_missing(self.kube, self.scheduler, spec, items, self._deleted):
             await self.refresh(spec)  # the runs changed: the whole status, not only the history
             return
         await self._enforce_history(spec, items)
