@@ -110,7 +110,7 @@ async def mend_missing(
             continue
         if deleted(spec.namespace, run_name(spec.name, run.slot)):
             continue  # deleted by hand or by the history limits: not lost
-        kind, keep = _kind(spec, run.state)
+        kind, keep = next(k for k in runs.history_kinds(spec) if str(run.state) in k[0])
         kept = sorted(slot for slot, phase in phases if phase in kind)
         if keep == 0 or (len(kept) >= keep and run.slot < kept[-keep]):
             continue  # the history limits would delete it at once
@@ -120,15 +120,6 @@ async def mend_missing(
         await _close(kube, spec, name, run)
         mended.append(name)
     return mended
-
-
-def _kind(spec: JobSpec, state: RunState) -> tuple[tuple[str, ...], int]:
-    """The phases kept together by the history limits with a run ended as ``state``, and how many."""
-    if state is RunState.SUCCEEDED:
-        return ("Succeeded",), spec.successful_history
-    if state is RunState.SKIPPED:
-        return ("Skipped",), spec.successful_history
-    return ("Failed", "Interrupted"), spec.failed_history
 
 
 async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:

@@ -60,6 +60,19 @@ def run_body(spec: JobSpec, job_uid: str, slot: int, trigger: str) -> dict[str, 
     }
 
 
+def history_kinds(spec: JobSpec) -> list[tuple[tuple[str, ...], int]]:
+    """The kinds of ended runs the history limits keep apart (their phases), and how many of each.
+
+    Skipped runs have a kind of their own: a long job on a short period skips many slots, and
+    they must not push the successful runs out of the history.
+    """
+    return [
+        (("Succeeded",), spec.successful_history),
+        (("Skipped",), spec.successful_history),
+        (("Failed", "Interrupted"), spec.failed_history),
+    ]
+
+
 def trigger_guess(spec: JobSpec, slot: int) -> str:
     """What started a run whose object is written by someone who does not know: a slot of the
     schedule was scheduled, any other slot was a manual trigger (or a backfill)."""

@@ -187,11 +187,8 @@ class JobStatus:
             ]
 
         doomed: list[dict[str, Any]] = []
-        for bucket, keep in (
-            (of("Succeeded"), spec.successful_history),
-            (of("Skipped"), spec.successful_history),
-            (of("Failed", "Interrupted"), spec.failed_history),
-        ):
+        for phases, keep in runs.history_kinds(spec):
+            bucket = of(*phases)
             doomed += bucket[: max(0, len(bucket) - keep)]
         for r in doomed:
             await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
