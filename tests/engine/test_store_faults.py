@@ -11,6 +11,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import pytest
+
 from anarchon.engine import (
     ClaimOutcome,
     LeaseBackend,
@@ -346,4 +348,33 @@ async def test_a_sweep_that_fails_or_loses_its_reply_still_takes_a_hand_over(
     finally:
         await backup.stop(handover=False)
         await holder.stop(handover=False)
+        await store.close()
+
+
+@pytest.mark.parametrize("reply_lost", [False, True], ids=["failed", "reply-lost"])
+async def test_a_batch_of_claims_that_failed_runs_each_job_once(
+    make_backend: Callable[[], LeaseBackend], job_name: str, reply_lost: bool
+) -> None:
+    """Jobs due together are claimed in one batch (the store's own claim_many); that batch fails,
+    before it reached the store or with its reply lost: every job still runs its slot once, in
+    attempt 1 (each retry recognises its own token), and no slot is lost or recorded twice."""
+    clock = fast_clock(20.0)
+    store = FaultyStore(make_backend())
+    rule = store.fail("claim_many", reply_lost=reply_lost)
+    calls = Calls(clock)
+    sched = Scheduler(store, instance_id="solo", clock=clock)
+    jobs = [f"{job_name}-{i}" for i in range(8)]
+    for name in jobs:
+        sched.every(name, "10s", calls.handler(), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await wait_for(lambda: len(calls.calls) >= len(jobs), what="one run of every job")
+        slot = min(c.slot for c in calls.calls)
+        assert rule.fired == 1, "the fault must have hit the first batch"
+        assert sorted((c.slot, c.attempt) for c in calls.calls if c.slot == slot) == [(slot, 1)] * len(jobs)
+        for name in jobs:
+            run = await store.inner.get_run(name, slot)
+            assert run is not None and run.attempt == 1 and run.instance == "solo", run
+    finally:
+        await sched.stop(handover=False)
         await store.close()

@@ -10,6 +10,7 @@ sends it and then raises as if the reply had been lost (the store applied it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from anarchon.engine import ClaimRequest, ClaimResult, LeaseBackend, Run, RunSta
 
 @dataclass
 class Rule:
-    operation: str  # "claim", "heartbeat", "finish", "release", "takeover", "get_run", "active_runs"...
+    operation: str  # "claim", "claim_many", "heartbeat", "finish", "release", "takeover", "get_run", "active_runs"...
     times: int = 1  # how many calls it hits, the first ones to come
     reply_lost: bool = False  # True: the store applied the call, the caller hears an error
     fired: int = 0
@@ -63,6 +64,13 @@ class FaultyStore(LeaseBackend):
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         result: ClaimResult = await self._through("claim", lambda: self.inner.claim(request))
         return result
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
+        """The store's own batch (one round trip), faulted as one call: a rule hits the whole batch."""
+        answers: list[ClaimResult | BaseException] = await self._through(
+            "claim_many", lambda: self.inner.claim_many(requests)
+        )
+        return answers
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
         return bool(await self._through("heartbeat", lambda: self.inner.heartbeat(job, slot, token, now_ms, lease_ms)))
