@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,13 +22,15 @@ from anarchon.engine import Job, Scheduler
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
 from anarchon.engine.model import ClaimOutcome, Overlap, RunState
+from anarchon.kube import client as kube_client
 from anarchon.kube import runs
-from anarchon.kube.client import Kube
+from anarchon.kube.client import ApiException, Kube, connect
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
 from anarchon.kube.runner import PodRunner
 from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
 from anarchon.kube.status import JobStatus
+from tests.faults.apiproxy import ApiFaultProxy, Fault
 
 from .conftest import Cluster, job_manifest
 from .test_runner_fencing import attempt
@@ -89,6 +93,18 @@ async def _replace_in_store(scheduler: Scheduler, spec: JobSpec, at_ms: int) -> 
     await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", at_ms - 1, LEASE_MS, Overlap.REPLACE))
     won = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", at_ms, LEASE_MS, Overlap.REPLACE))
     return [r.slot for r in won.replaced]
+
+
+async def _skip_whose_replica_died(scheduler: Scheduler, spec: JobSpec) -> None:
+    """OLD_SLOT's run holds the job (overlap Skip), NEW_SLOT is recorded Skipped, long enough ago for
+    mending, and the replica that recorded it died before writing its object."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = scheduler.backend
+    assert isinstance(backend, SqliteBackend)
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", past, LEASE_MS, Overlap.SKIP))
+    skipped = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", past + 1, LEASE_MS, Overlap.SKIP))
+    assert not skipped.won
 
 
 async def _live_pods(kube: Kube, spec: JobSpec, name: str) -> list[str]:
@@ -222,13 +238,7 @@ async def test_a_run_replaced_before_its_object_was_written_gets_one(
 async def test_a_skip_whose_replica_died_before_writing_its_object_gets_one(
     kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
 ) -> None:
-    key = engine_key(spec.namespace, spec.name, spec.uid)
-    backend = scheduler.backend
-    assert isinstance(backend, SqliteBackend)
-    past = int(time.time() * 1000) - 10 * LEASE_MS
-    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", past, LEASE_MS, Overlap.SKIP))
-    skipped = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", past + 1, LEASE_MS, Overlap.SKIP))
-    assert not skipped.won  # recorded Skipped; r-2 died before writing the object
+    await _skip_whose_replica_died(scheduler, spec)
     await runs.ensure_run(kube, spec, OLD_SLOT, "Schedule")
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
@@ -306,3 +316,41 @@ async def test_a_lost_skip_of_a_job_on_every_1s_is_found_behind_newer_records(
         assert run["status"]["phase"] == "Skipped", run["status"]
     finally:
         await backend.close()
+
+
+#: Mending's own writes failing for longer than their retries: the refresh fails, and leaves
+#: the next one to write the run (the object is missing, or open: either is mended).
+MEND_FAULTS = {
+    "the create fails": Fault("status", code=500, verb="create", resource="anarchonruns", subresource=""),
+    "its status write fails": Fault("status", code=500, verb="update", resource="anarchonruns", subresource="status"),
+}
+
+
+@pytest.mark.parametrize("what", list(MEND_FAULTS))
+async def test_a_missing_run_whose_mending_failed_is_written_by_the_next_refresh(
+    spec: JobSpec,
+    scheduler: Scheduler,
+    cluster: Cluster,
+    control_plane: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    what: str,
+) -> None:
+    monkeypatch.setattr(kube_client, "RETRY_FOR_MS", 2_000)  # the API server "down" for longer than that
+    await _skip_whose_replica_died(scheduler, spec)
+    with ApiFaultProxy(control_plane) as proxy:
+        kube = await connect(str(proxy.kubeconfig))
+        try:
+            await runs.ensure_run(kube, spec, OLD_SLOT, "Schedule")
+            fault = proxy.add(dataclasses.replace(MEND_FAULTS[what]))
+            with pytest.raises(ApiException):
+                await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+            assert fault.fired, f"the fault ({what}) must have hit"
+            run = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT))
+            assert run is None or not run.get("status"), "nothing was written while the faults lasted"
+            proxy.clear()
+            await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+        finally:
+            await kube.close()
+    run = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT))
+    assert run is not None, "the skipped slot must have a run object"
+    assert run["status"]["phase"] == "Skipped" and run["status"].get("finishTime"), run["status"]
