@@ -170,13 +170,31 @@ class Kube:
             ),  # type: ignore[call-arg]
         )
 
-    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await call(
-            f"status of job {namespace}/{name}",
-            lambda: self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, JOBS, name, {"status": status}, _content_type=MERGE
-            ),  # type: ignore[call-arg]
-        )
+    async def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any], *, if_version: str | None = None
+    ) -> bool:
+        """A JSON merge patch of the job's status; False if ``if_version`` was given and is not the job's.
+
+        With ``if_version`` the patch applies only onto that resourceVersion of the job. Every
+        replica that read the same version and would write the same thing sends it; one
+        writes, the others get 409 and write nothing (they see the write as a new version).
+        A reply lost after the write also comes back as 409 on the retry: written, all the same.
+        """
+        body: dict[str, Any] = {"status": status}
+        if if_version:
+            body["metadata"] = {"resourceVersion": if_version}
+        try:
+            await call(
+                f"status of job {namespace}/{name}",
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, JOBS, name, body, _content_type=MERGE
+                ),  # type: ignore[call-arg]
+            )
+        except ApiException as exc:
+            if if_version and exc.status == 409:
+                return False
+            raise
+        return True
 
 
 class CredentialsError(Exception):

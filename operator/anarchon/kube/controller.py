@@ -58,6 +58,7 @@ class JobController:
         key = engine_key(namespace, name, uid)
         generation = int(meta.get("generation") or 0)
         status = body.get("status") or {}
+        version = str(meta.get("resourceVersion") or "") or None
         try:
             spec = parse_job(body)
             job = Job(key, spec.schedule, self._runner(key), spec.options)
@@ -66,11 +67,11 @@ class JobController:
             await self.scheduler.remove(key, handover=True)
             self.specs.pop(key, None)
             self.metrics.job_gauges.jobs.pop(key, None)  # no schedule: nothing is due
-            await self.status.invalid(namespace, name, uid, generation, status, exc)
+            await self.status.invalid(namespace, name, uid, generation, status, exc, version)
             return
         self.specs[key] = spec
         self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
-        await self.status.valid(spec, status)
+        await self.status.valid(spec, status, version)
         await self.triggers.apply(spec, key, meta.get("annotations") or {})
 
     async def remove(self, namespace: str, name: str, uid: str) -> None:

@@ -1,8 +1,9 @@
 """An AnarchonJob's status: its conditions, its runs at a glance, and the history limits.
 
 Every replica writes it, for every job. Writes that every replica would make alike
-(conditions, next schedule time) are made only when the stored value differs, so replicas
-converge instead of churning.
+(conditions, next schedule time) are made only when the stored value differs, and only onto
+the version of the job they were read from: of the replicas that saw a new job at once, one
+writes them and the others hear 409 (then see the write, and find nothing left to do).
 
 History limits are enforced at every refresh (when a run starts or ends) and at every
 resync (:meth:`JobStatus.resync`, periodic), so a job that went quiet, or whose limits were
@@ -69,7 +70,14 @@ class JobStatus:
         return await runs.list_runs(self.kube, spec.namespace, spec.name)
 
     async def invalid(
-        self, namespace: str, name: str, uid: str, generation: int, status: Mapping[str, Any], exc: Exception
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: int,
+        status: Mapping[str, Any],
+        exc: Exception,
+        version: str | None = None,
     ) -> None:
         """The spec cannot run: Ready=False and Invalid=True with every problem, and a Warning Event."""
         message = "; ".join(exc.messages) if isinstance(exc, SpecError) else str(exc)
@@ -79,8 +87,7 @@ class JobStatus:
         ]
         if _same_conditions(list(status.get("conditions") or []), conditions):
             return  # another replica (or we) said so already
-        log.warning("%s/%s: invalid spec: %s", namespace, name, message)
-        await self.kube.patch_job_status(
+        written = await self.kube.patch_job_status(
             namespace,
             name,
             {
@@ -90,13 +97,20 @@ class JobStatus:
                 "nextSlot": None,
                 "schedule": None,
             },
+            if_version=version,
         )
+        if not written:
+            return  # the job changed meanwhile (another replica said so, most likely): its next event decides
+        log.warning("%s/%s: invalid spec: %s", namespace, name, message)
         await self.events.post(
             namespace=namespace, name=name, uid=uid, reason="InvalidSpec", message=message, warning=True
         )
 
-    async def valid(self, spec: JobSpec, status: Mapping[str, Any]) -> None:
-        """The spec runs: Ready (or Suspended), the next schedule time and the SCHEDULE column."""
+    async def valid(self, spec: JobSpec, status: Mapping[str, Any], version: str | None = None) -> None:
+        """The spec runs: Ready (or Suspended), the next schedule time and the SCHEDULE column.
+
+        ``version``: the job's resourceVersion that ``status`` was read from (see the module).
+        """
         now = self.scheduler.clock.now_ms()
         next_slot = spec.schedule.next_after(now)
         what = f"suspended ({spec.schedule})" if spec.options.suspend else f"{spec.schedule}"
@@ -119,7 +133,7 @@ class JobStatus:
         if status.get("schedule") != (column := schedule_column(spec.schedule)):
             patch["schedule"] = column
         if patch:
-            await self.kube.patch_job_status(spec.namespace, spec.name, patch)
+            await self.kube.patch_job_status(spec.namespace, spec.name, patch, if_version=version)
 
     async def refresh(self, spec: JobSpec) -> None:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
