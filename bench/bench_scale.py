@@ -52,6 +52,7 @@ for _path in (ROOT, ROOT / "operator", ROOT / "e2e" / "controlplane"):
         sys.path.insert(0, str(_path))
 
 from controlplane import ControlPlane  # noqa: E402 - after the path set-up
+from tests.k8s.fixtures import wait_established  # noqa: E402
 from tests.operator.conftest import Replicas  # noqa: E402
 
 from anarchon.kube.constants import LABEL_JOB, LABEL_SLOT  # noqa: E402
@@ -321,8 +322,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="anarchon-bench-scale-") as tmp, ControlPlane(audit=True) as cp:
         kubectl(cp, "apply", "-f", str(ROOT / "crds"))
-        crds = ("crd/anarchonjobs.anarchon.io", "crd/anarchonruns.anarchon.io")
-        kubectl(cp, "wait", "--for=condition=Established", *crds)
+        wait_established(cp, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
         results = []
         for n in (int(x) for x in args.jobs.split(",")):
             print(f"N = {n}: CronJob ...", file=sys.stderr)

@@ -39,15 +39,18 @@ class JobController:
         metrics: Metrics,
         pod_watch: PodWatch | None = None,
         run_cache: RunCache | None = None,
+        *,
+        resync_s: float = 30.0,
     ) -> None:
         self.kube = kube
+        self.resync_s = resync_s
         self.pod_watch = pod_watch
         self.run_cache = run_cache
         self.scheduler = scheduler
         self.events = events
         self.metrics = metrics
         self.specs: dict[str, JobSpec] = {}
-        self.status = JobStatus(kube, scheduler, events, run_cache)
+        self.status = JobStatus(kube, scheduler, events, run_cache, resync_s=resync_s)
         self.triggers = Triggers(kube, scheduler, events)
 
     # -- watch events ----------------------------------------------------------------------------
@@ -87,20 +90,21 @@ class JobController:
         self.specs.pop(key, None)
         self.metrics.forget(key, namespace, name)
         self.triggers.forget(key)
+        self.status.forget(key)
         if isinstance(self.scheduler.backend, LeaseBackend):
             try:
                 await self.scheduler.backend.forget_job(key)
             except StoreError as exc:
                 log.warning("%s/%s deleted, but its store data stays for now: %s", namespace, name, exc)
 
-    async def resync(self, period_s: float) -> None:
-        """Every ``period_s`` (± half, so that replicas spread out), a pass over every valid job.
+    async def resync(self) -> None:
+        """Every ``resync_s`` (± half, so that replicas spread out), a pass over every valid job.
 
         What no event asks for: history limits of jobs that went quiet, or whose limits were
         lowered, and the store's records past their use (:meth:`.JobStatus.resync`).
         """
         while True:
-            await asyncio.sleep(period_s * random.uniform(0.5, 1.5))
+            await asyncio.sleep(self.resync_s * random.uniform(0.5, 1.5))
             for key, spec in list(self.specs.items()):
                 if self.specs.get(key) is not spec:
                     continue  # removed or changed while we were at an earlier job

@@ -141,7 +141,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     pod_watch = PodWatch(kube, cfg.namespaces)
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     run_cache = RunCache(kube, cfg.namespaces)
-    controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache)
+    controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
     # Before any job is added: jobs come only from kopf's watch events, which start below.
     listener.bind(controller.specs.get, controller.status.refresh)
     health = None
@@ -161,7 +161,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         raise
     pod_watch.start()
     run_cache.start()
-    resync = asyncio.create_task(controller.resync(cfg.resync_s), name="anarchon-resync")
+    resync = asyncio.create_task(controller.resync(), name="anarchon-resync")
     registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
     log.info(
         "instance %s on store %s, watching %s",

@@ -71,8 +71,8 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
     return mended
 
 
-#: How far back a look for runs without an object reaches beyond the grace: more than the time
-#: between two refreshes or resyncs of a job. A record becomes a candidate a lease after its run
+#: How far back a look for runs without an object reaches beyond the grace, at least: more than
+#: the time between two looks at a job (see status.JobStatus). A record becomes a candidate a lease after its run
 #: ended, and by then a job on `every 1s` has newer records: a look at the newest ten records
 #: missed such a Skip in the 20,000-slot chaos soak.
 MISSING_LOOK_BACK_MS = 120_000
@@ -87,6 +87,8 @@ async def mend_missing(
     spec: JobSpec,
     items: Sequence[dict[str, Any]],
     deleted: Callable[[str, str], bool] = lambda namespace, name: False,
+    *,
+    look_back_ms: int = MISSING_LOOK_BACK_MS,
 ) -> list[str]:
     """Create, with the store's verdict, the objects of recent runs the store ended that have none.
 
@@ -102,7 +104,7 @@ async def mend_missing(
     phases = [(int(i["spec"]["slot"]), str((i.get("status") or {}).get("phase") or "")) for i in items]
     grace_ms = loop.options.lease_ms
     now = scheduler.clock.now_ms()
-    window = slots_between(spec.schedule, now - grace_ms - MISSING_LOOK_BACK_MS, now)
+    window = slots_between(spec.schedule, now - grace_ms - look_back_ms, now)
     look = min(MISSING_LOOK_MAX, MISSING_LOOK_EXTRA + sum(1 for _ in islice(window, MISSING_LOOK_MAX)))
     mended = []
     for run in await backend.history(key, look):
