@@ -14,7 +14,7 @@ per second of wall time, store calls per second by operation (counted at the eng
 boundary, :mod:`anarchon.engine.observed`), and the resident memory at the end.
 
 Targets (issue 13): at 10,000 jobs, at most 5 % of a core and 10 store queries a second per
-instance; memory is shown, the operator's own target (150 MB per replica) includes kopf and
+instance; memory is shown, the operator's own target (150 MB per replica) includes the watches and
 the Kubernetes client and is not measured here.
 """
 

@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     cp.api("POST", "/api/v1/namespaces", namespace_obj)
             for i in range(1, args.replicas + 1):
                 replicas.append(start_replica(cp, i, store, None))
-            deadline = time.monotonic() + 120  # a busy 2-core machine can take a while to import kopf 3 times
+            deadline = time.monotonic() + 120  # a busy 2-core machine can take a while to start 3 replicas
             while not all(healthy(r) for r in replicas):
                 for r in replicas:
                     if not r.alive():

@@ -32,5 +32,4 @@ def setup_logging(fmt: str, level: str) -> None:
         logging.basicConfig(level=level, handlers=[handler])
     else:
         logging.basicConfig(level=level, format=PLAIN)
-    logging.getLogger("kopf").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     logging.getLogger("aiohttp").setLevel(logging.WARNING)

@@ -254,7 +254,7 @@ def operator_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[subpro
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
-    env["KUBECONFIG"] = str(kubeconfig)  # for kopf's own login too, not only the operator's client
+    env["KUBECONFIG"] = str(kubeconfig)  # the operator's client reads it
     cmd = [
         sys.executable,
         "-m",

@@ -160,7 +160,7 @@ def test_final_stage_install_gives_a_working_entrypoint(wheel: Path, tmp_path: P
     assert out.returncode == 0 and "--store" in out.stdout, out.stderr
     imp = (
         "import anarchon.kube.main, anarchon.logs,"  # anarchon.logs: python-json-logger
-        " kopf, kubernetes_asyncio, redis, psycopg, nats, aio_pika, prometheus_client"
+        " kubernetes_asyncio, redis, psycopg, nats, aio_pika, prometheus_client"
     )
     out = subprocess.run(
         [str(venv / "bin" / "python"), "-c", imp], capture_output=True, text=True, env=env, timeout=120

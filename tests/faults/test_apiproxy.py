@@ -1,10 +1,9 @@
-"""The API fault proxy: forwarding (kubernetes_asyncio, kubectl, kopf), every action, matching, firing control."""
+"""The API fault proxy: forwarding (kubernetes_asyncio, kubectl), every action, matching, firing control."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import subprocess
 import time
 import urllib.error
@@ -440,43 +439,6 @@ async def test_matching_aims_at_one_subresource_of_one_object(
     assert conflict.value.status == 409
     assert json.loads(conflict.value.body)["reason"] == "Conflict"
     assert main_only.fired == 1
-
-
-async def test_kopf_logs_in_lists_retries_and_watches_through_the_proxy(
-    proxy: ApiFaultProxy, control_plane: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import kopf
-    from kopf._cogs.clients import api, auth
-    from kopf._cogs.structs import credentials
-
-    monkeypatch.setenv("KUBECONFIG", str(proxy.kubeconfig))
-    settings = kopf.OperatorSettings()
-    settings.networking.error_backoffs = [0.1, 0.1]
-    info = kopf.login_with_kubeconfig(settings=settings)
-    assert info is not None and info.server == proxy.url
-    vault = credentials.Vault({"proxy": info})
-    token = auth.vault_var.set(vault)
-    logger = logging.getLogger("test.apiproxy.kopf")
-    url = f"/api/v1/namespaces/{namespace}/configmaps"
-    try:
-        control_plane.api("POST", url, configmap("for-kopf"))
-        # kopf retries a 503 (with the Status body parsed) and then gets the list.
-        refused = proxy.add(Fault("status", code=503, verb="list", resource="configmaps", times=1))
-        listed = await api.get(url, settings=settings, logger=logger)
-        assert "for-kopf" in [item["metadata"]["name"] for item in listed["items"]]
-        assert refused.fired == 1
-
-        cut = proxy.add(Fault("cut_watch", seconds=0.5, resource="configmaps"))
-        names: list[str] = []
-        with pytest.raises(aiohttp.ClientPayloadError):
-            async with asyncio.timeout(20):
-                async for event in api.stream(f"{url}?watch=true&timeoutSeconds=60", settings=settings, logger=logger):
-                    names.append(event["object"]["metadata"]["name"])
-        assert "for-kopf" in names  # it streamed before it was cut
-        assert cut.fired == 1
-    finally:
-        auth.vault_var.reset(token)
-        await vault.close()
 
 
 async def test_aiohttp_clients_send_an_idempotent_request_again_once_after_a_reset(

@@ -42,7 +42,7 @@ def test_read_only_root_allows_what_the_operator_writes_and_nothing_else(operato
     the chart) and the SQLite store's directory (a volume) are writable; the install and / are not."""
     probe = """
 import errno, os, sqlite3
-import anarchon.kube.main, kopf, kubernetes_asyncio, redis, psycopg, nats, aio_pika, prometheus_client
+import anarchon.kube.main, kubernetes_asyncio, redis, psycopg, nats, aio_pika, prometheus_client
 open("/tmp/probe", "w").write("x")
 sqlite3.connect("/var/lib/anarchon/probe.db").execute("create table t (x)")
 for path in ("/opt/anarchon/probe", "/probe"):

@@ -16,7 +16,7 @@ from tests.faults.apiproxy import ApiFaultProxy, Fault
 async def test_requests_ignore_proxy_variables_and_netrc(
     control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
-    """Like kopf's watches, the writes go straight to the API server whatever the environment says.
+    """The requests go straight to the API server whatever the environment says.
 
     A session with ``trust_env=True`` (the client library's) sent them to the proxy named here,
     a closed port, and looked ``.netrc`` up in a thread on every request.

@@ -201,7 +201,7 @@ def test_the_smallest_and_largest_accepted_values() -> None:
 
 
 def test_accepts_read_only_mapping_views() -> None:
-    """kopf hands out read-only views; the template must come back as plain, mutable dicts."""
+    """A body may come as read-only views; the template must come back as plain, mutable dicts."""
     tmpl = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "m", "image": "i"}]}}
     b = body({"template": tmpl})
     view = MappingProxyType({k: MappingProxyType(v) if isinstance(v, dict) else v for k, v in b.items()})

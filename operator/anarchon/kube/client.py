@@ -1,7 +1,6 @@
-"""The asyncio Kubernetes client the operator uses for its own writes (kopf only watches).
+"""The asyncio Kubernetes client the operator uses for everything it watches, reads and writes.
 
-kopf talks to the API for watching; everything the operator creates or patches (runs,
-Pods, Events, status) goes through kubernetes_asyncio so the event loop is never blocked.
+Everything goes through kubernetes_asyncio, so the event loop is never blocked.
 """
 
 from __future__ import annotations
@@ -240,10 +239,8 @@ def _no_environment(api: client.ApiClient) -> aiohttp.ClientSession:
 
     kubernetes_asyncio makes its session with ``trust_env=True``: aiohttp then reads the proxy
     variables and looks ``~/.netrc`` up in a worker thread on every request, about a fifth of
-    a replica's CPU at 1,000 jobs. kopf, which does the watching, ignores the environment by
-    default (its ``networking.trust_env``); now the writes reach the API server the same way.
-    The new session shares the old one's connection pool, so the old one stays open (it owns
-    the pool) until :meth:`Kube.close`.
+    a replica's CPU at 1,000 jobs. The new session shares the old one's connection pool, so
+    the old one stays open (it owns the pool) until :meth:`Kube.close`.
     """
     owner: aiohttp.ClientSession = api.rest_client.pool_manager
     api.rest_client.pool_manager = aiohttp.ClientSession(

@@ -1,7 +1,7 @@
 """The per-replica controller of AnarchonJobs: spec in, job loop out, status and Events back.
 
 Every replica runs this for every AnarchonJob in its scope; all are active. It never
-touches kopf's progress annotations or finalizers (only low-level watch events reach it),
+writes annotations or finalizers on a job (:mod:`.jobwatch` hands it each change of a job),
 so replicas never fight over them, and a job's deletion never waits on a replica.
 The job's status is written by :mod:`.status`, manual runs are handled by :mod:`.triggers`,
 and what the engine reports goes out through :mod:`.listener`.

@@ -1,7 +1,6 @@
 """Kubernetes Events on AnarchonJobs: launches, skips, takeovers, adoptions, failures, bad specs.
 
-Posted with the operator's own client rather than kopf's event queue, because most of them
-come from engine tasks that run outside any kopf handler context. Posting is best effort:
+Posted with the operator's own client, mostly from engine tasks. Posting is best effort:
 an Event that cannot be posted is logged, never allowed to break a run.
 
 Repeated Events are aggregated as Kubernetes' own components do (client-go's event

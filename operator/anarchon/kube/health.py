@@ -8,8 +8,6 @@ Both answer before the store is reachable, and differ on purpose:
 - ``/readyz`` (readiness) is 200 only once the scheduler has started on its store and while
   the store answers a ping. An unready replica claims nothing, so ``kubectl get pods`` shows
   at once which replicas take part.
-
-kopf's own liveness endpoint is not used: it starts only with kopf, after the store is up.
 """
 
 from __future__ import annotations

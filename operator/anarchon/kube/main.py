@@ -1,29 +1,30 @@
-"""Wiring: one process = one instance = kopf (watching, standalone) + the engine's Scheduler.
+"""Wiring: one process = one instance = three watches (jobs, runs, Pods) + the engine's Scheduler.
 
-kopf is used only for what it is good at here: watching AnarchonJobs. Liveness and readiness
-are served by :mod:`.health` from the first moment, before the store answers.
-Its peering is off (every replica is active; the store picks one winner per slot), its
-state-tracking handlers are unused (they would make replicas fight over annotations), and
-its event posting is off (we post our own, from engine tasks outside handler contexts).
+Every replica is active (the store picks one winner per slot) and writes nothing to a job
+but its status: no annotations, no finalizers, so replicas never fight over an object and a
+job's deletion never waits on a replica. Liveness and readiness are served by :mod:`.health`
+from the first moment, before the store answers. SIGTERM and SIGINT hand running attempts
+over (their Pods left running for a backup to adopt) before anything else stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
 from prometheus_client import start_http_server
 
 from ..engine import Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
-from .client import API_CONCURRENCY, Kube, connect
-from .constants import GROUP, JOBS, VERSION
+from .client import API_CONCURRENCY, connect
 from .controller import JobController
 from .events import EventPoster
 from .health import HealthServer
+from .jobwatch import JobWatch
 from .listener import OperatorListener
 from .metrics import Metrics
 from .podwatch import PodWatch
@@ -48,71 +49,17 @@ class OperatorConfig:
     stop_flag: asyncio.Event | None = None
 
 
-def build_registry(
-    controller: JobController, scheduler: Scheduler, kube: Kube, *, namespaced: bool
-) -> kopf.OperatorRegistry:
-    registry = kopf.OperatorRegistry()
+def job_handler(controller: JobController) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """What the job watch calls with each change of a job: the controller applies or removes it."""
 
-    @kopf.on.login(registry=registry)
-    async def login(**_: Any) -> kopf.ConnectionInfo:
-        """Give kopf the credentials our own client resolved (kubeconfig or in-cluster)."""
-        cfg = kube.api.configuration
-        keys: dict[str, str] = dict(cfg.api_key or {})
-        bearer = keys.get("BearerToken") or keys.get("authorization") or ""
-        scheme, _sep, token = bearer.partition(" ")
-        return kopf.ConnectionInfo(
-            server=str(cfg.host),
-            ca_path=cfg.ssl_ca_cert,
-            insecure=not cfg.verify_ssl,
-            scheme=scheme or None,
-            token=token or None,
-            certificate_path=cfg.cert_file,
-            private_key_path=cfg.key_file,
-        )
-
-    @kopf.on.startup(registry=registry)
-    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.peering.standalone = True
-        settings.posting.enabled = False
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.networking.request_timeout = 60
-        # On SIGTERM kopf gives busy event handlers this long before it cancels them, and only
-        # then runs the cleanup handler that hands running attempts over: its default (2 s)
-        # would be most of the hand-over's time. A handler cut short is redone by whichever
-        # replica gets the job's next event, as after a SIGKILL.
-        settings.queueing.exit_timeout = 0.5
-        if namespaced:
-            settings.scanning.disabled = True
-
-    @kopf.on.cleanup(registry=registry)
-    async def hand_over(**_: Any) -> None:
-        """On SIGTERM, before kopf cancels every task it did not start (our job loops among them).
-
-        Stops claiming at once and releases the leases of running attempts, their Pods left
-        running: a backup adopts each at its next check instead of waiting for the lease
-        to run out.
-        """
-        log.info("stopping: handing running attempts over")
-        await scheduler.stop(handover=True)
-
-    @kopf.on.event(GROUP, VERSION, JOBS, registry=registry)
-    async def job_event(**kwargs: Any) -> None:
-        event: dict[str, Any] = kwargs["event"]
-        body: kopf.Body = kwargs["body"]
+    async def on_job(kind: str, body: dict[str, Any]) -> None:
         meta = body.get("metadata") or {}
-        if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
+        if kind == "DELETED" or meta.get("deletionTimestamp"):
             await controller.remove(str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
-            return None
-        try:
-            await controller.apply(dict(body))
-        except Exception:  # one bad job must never take the operator down
-            log.exception(
-                "handling %s/%s failed; will retry on the next event", meta.get("namespace"), meta.get("name")
-            )
-        return None
+        else:
+            await controller.apply(body)
 
-    return registry
+    return on_job
 
 
 async def run_operator(cfg: OperatorConfig) -> None:
@@ -142,7 +89,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     run_cache = RunCache(kube, cfg.namespaces)
     controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
-    # Before any job is added: jobs come only from kopf's watch events, which start below.
+    # Before any job is added: jobs come only from the job watch, which starts below.
     listener.bind(controller.specs.get, controller.status.refresh)
     health = None
     if cfg.health_port:
@@ -161,8 +108,13 @@ async def run_operator(cfg: OperatorConfig) -> None:
         raise
     pod_watch.start()
     run_cache.start()
+    job_watch = JobWatch(kube, job_handler(controller), cfg.namespaces)
+    job_watch.start()
     resync = asyncio.create_task(controller.resync(), name="anarchon-resync")
-    registry = build_registry(controller, scheduler, kube, namespaced=bool(cfg.namespaces))
+    stop = cfg.stop_flag or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     log.info(
         "instance %s on store %s, watching %s",
         cfg.instance_id,
@@ -170,17 +122,17 @@ async def run_operator(cfg: OperatorConfig) -> None:
         ",".join(cfg.namespaces) or "all namespaces",
     )
     try:
-        await kopf.operator(
-            registry=registry,
-            standalone=True,
-            clusterwide=not cfg.namespaces,
-            namespaces=cfg.namespaces,
-            stop_flag=cfg.stop_flag,
-        )
+        await stop.wait()
+        log.info("stopping: handing running attempts over")
     finally:
-        resync.cancel()
-        # Normally done already by the cleanup handler; here for a kopf that ended otherwise.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        # First of all: stop claiming and release the leases of running attempts, their Pods
+        # left running, so that a backup adopts each at its next check instead of waiting for
+        # the lease to run out. Then nothing more is taken from the watches.
         await scheduler.stop(handover=True)
+        resync.cancel()
+        await job_watch.stop()
         await pod_watch.stop()
         await run_cache.stop()
         if health is not None:

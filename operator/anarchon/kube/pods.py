@@ -192,7 +192,7 @@ def build_pod(
 
 
 def _as_dict(kube: Kube, obj: object) -> dict[str, Any]:
-    """The API object as the camelCase dict the server sent, like kopf's bodies."""
+    """The API object as the camelCase dict the server sent, like the watches' bodies."""
     return dict(kube.api.sanitize_for_serialization(obj))
 
 

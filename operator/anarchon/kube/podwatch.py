@@ -9,7 +9,7 @@ A wake-up carries the Pod as the event delivered it (:class:`PodChange`), so the
 need not read it again: one GET when it starts following a Pod, then none per change. The
 watch keeps no cache (only what it hands to the runners waiting on a Pod) and can be dropped
 and restarted at any time; after a restart the runners read their Pods afresh. The watch is
-server-side filtered by label (kopf cannot do that, and would otherwise hold every Pod of the
+server-side filtered by label (a watch without a selector would hold every Pod of the
 cluster in memory). While it is down, runners fall back to polling.
 """
 

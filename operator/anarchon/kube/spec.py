@@ -11,7 +11,7 @@ Every problem is collected before raising, so one status condition tells the use
 is wrong instead of one field per edit. Defaults are those of the CRD (:data:`CRD_DEFAULTS`;
 a test checks the two agree), so an object created without CRD defaulting runs the same.
 
-Pure Python on purpose (no kopf, no Kubernetes client): it is unit-tested without a cluster.
+Pure Python on purpose (no Kubernetes client): it is unit-tested without a cluster.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _show(value: object) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A deep copy made of dicts and lists only (kopf hands out read-only mapping views)."""
+    """A deep copy made of dicts and lists only (a body may come as read-only mapping views)."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -391,7 +391,7 @@ def _parse_retries(spec: Mapping[str, Any], r: _Reader) -> Retries | None:
 
 
 def parse_job(body: Mapping[str, Any]) -> JobSpec:
-    """Check an AnarchonJob ``body`` (as kopf or the API gives it) and turn it into a :class:`JobSpec`.
+    """Check an AnarchonJob ``body`` (as the API gives it) and turn it into a :class:`JobSpec`.
 
     Raises :class:`SpecError` listing every problem found, each prefixed with its field path.
     """

@@ -1,7 +1,7 @@
 """List, then watch for ever: the loop shared by the replica's own watches (Pods, AnarchonRuns).
 
-kopf watches the AnarchonJobs; these watches cover what kopf cannot do well: a server-side
-label selector (kopf would hold every Pod of the cluster) and reads that cost no request.
+Every watch of a replica (AnarchonJobs, AnarchonRuns, Pods by a server-side label selector) is one
+of these: reads that cost no request.
 Each scope (a namespace, or "" for all) has one task: it lists, then watches from the
 listing's version; a watch that ends is resumed from the last version seen; only when the
 server no longer has that version (410 Gone) does it list again. Errors back off up to 30 s.

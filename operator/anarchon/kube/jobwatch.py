@@ -1,0 +1,119 @@
+"""The replica's watch on AnarchonJobs: each job's changes handed to the controller, one at a time.
+
+Every replica handles every job (all are active), and persists nothing on the objects: no
+annotations, no finalizers. So the watch needs no more than the loop shared by the other
+watches (:mod:`.watching`) and, per job, one worker that hands over the newest state of the
+job, never two at once for the same job: a job that changes again while its last change is
+being handled is handled once more afterwards, with its newest body (the ones in between are
+skipped: each body is the whole job).
+
+A listing (at start, and after the watch broke off) hands over every job it holds, and a
+deletion for each job this replica knew in the scope that is no longer there: deleted while
+nobody watched.
+
+Its cost per event is a JSON decode and a dict lookup: the replicas' own status writes (each
+run's start and end) wake every replica, and the controller finds nothing to do for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .client import Kube
+from .constants import GROUP, JOBS, VERSION
+from .watching import ScopedWatch
+
+log = logging.getLogger("anarchon.kube.jobwatch")
+
+#: What the watch hands over: "ADDED", "MODIFIED" or "DELETED", and the job's body.
+Handler = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class JobWatch(ScopedWatch):
+    """Hands every change of the AnarchonJobs in scope to ``handle``, one at a time per job."""
+
+    what = "AnarchonJobs"
+
+    def __init__(
+        self, kube: Kube, handle: Handler, namespaces: Sequence[str] = (), *, server_timeout_s: int = 300
+    ) -> None:
+        super().__init__(kube, namespaces, server_timeout_s=server_timeout_s)
+        self.handle = handle
+        #: The jobs this replica knows (by uid): their last body, to say which ones a listing lacks.
+        self._known: dict[str, dict[str, Any]] = {}
+        #: Per job (uid), the newest change not handed over yet.
+        self._pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+
+    async def stop(self) -> None:
+        await super().stop()
+        workers, self._workers = list(self._workers.values()), {}
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    async def idle(self) -> None:
+        """Wait until every change seen so far has been handled (for tests and a clean stop)."""
+        while self._workers:
+            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+
+    # -- the watch -------------------------------------------------------------------------------
+
+    async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
+        custom = self.kube.custom
+        if scope:
+            listing = await custom.list_namespaced_custom_object(GROUP, VERSION, scope, JOBS)
+        else:
+            listing = await custom.list_cluster_custom_object(GROUP, VERSION, JOBS)
+        return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
+
+    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
+        custom = self.kube.custom
+        if scope:
+            return await custom.list_namespaced_custom_object(GROUP, VERSION, scope, JOBS, **options)
+        return await custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **options)
+
+    def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
+        present = {_uid(obj) for obj in items}
+        gone = [
+            body
+            for uid, body in self._known.items()
+            if uid not in present and (not scope or (body.get("metadata") or {}).get("namespace") == scope)
+        ]
+        for body in gone:
+            self._event("DELETED", body)
+        for obj in items:
+            self._event("ADDED", obj)
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        uid = _uid(obj)
+        if not uid:
+            return
+        if kind == "DELETED":
+            self._known.pop(uid, None)
+        else:
+            self._known[uid] = obj
+        self._pending[uid] = (kind, obj)
+        if uid not in self._workers:
+            self._workers[uid] = asyncio.create_task(self._work(uid), name=f"anarchon-job:{uid}")
+
+    async def _work(self, uid: str) -> None:
+        try:
+            while (change := self._pending.pop(uid, None)) is not None:
+                kind, body = change
+                try:
+                    await self.handle(kind, body)
+                except Exception:  # one bad job must never take the watch down
+                    meta = body.get("metadata") or {}
+                    log.exception(
+                        "handling %s/%s failed; will retry on its next change", meta.get("namespace"), meta.get("name")
+                    )
+        finally:
+            self._workers.pop(uid, None)
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
