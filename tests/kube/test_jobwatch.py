@@ -115,3 +115,27 @@ async def test_a_job_deleted_while_nobody_watched_is_handed_over_as_deleted(
         assert handler.of("kept") == [("ADDED", None), ("ADDED", None)]
     finally:
         await watch.stop()
+
+
+async def test_a_change_whose_handling_failed_is_tried_again_without_a_new_change(
+    crds: ControlPlane, kube: Kube, namespace: str
+) -> None:
+    """Before, a change whose handling failed (the API server down for longer than a request's
+    retries, say) waited for the job's next change, which may come in an hour, or never."""
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, _job("flaky"))
+    handler = Recorder()
+    calls: list[str] = []
+
+    async def flaky(kind: str, body: dict[str, Any]) -> None:
+        calls.append(kind)
+        if len(calls) <= 2:
+            raise RuntimeError("the API server is down")
+        await handler(kind, body)
+
+    watch = JobWatch(kube, flaky, [namespace])
+    watch.start()
+    try:
+        await _until(lambda: bool(handler.of("flaky")), "the change handled in the end")
+        assert calls == ["ADDED"] * 3 and handler.of("flaky") == [("ADDED", None)]
+    finally:
+        await watch.stop()

@@ -5,7 +5,8 @@ annotations, no finalizers. So the watch needs no more than the loop shared by t
 watches (:mod:`.watching`) and, per job, one worker that hands over the newest state of the
 job, never two at once for the same job: a job that changes again while its last change is
 being handled is handled once more afterwards, with its newest body (the ones in between are
-skipped: each body is the whole job).
+skipped: each body is the whole job). A change whose handling failed is tried again, with a
+backoff, until it is done or a newer change of the job supersedes it.
 
 A listing (at start, and after the watch broke off) hands over every job it holds, and a
 deletion for each job this replica knew in the scope that is no longer there: deleted while
@@ -22,11 +23,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .client import Kube
+from ..engine.clock import SystemClock
+from ..engine.retry import Backoff, retry
+from .client import Kube, transient
 from .constants import GROUP, JOBS, VERSION
 from .watching import ScopedWatch
 
 log = logging.getLogger("anarchon.kube.jobwatch")
+
+#: How a change whose handling failed is tried again: within a second, then up to every minute.
+RETRY = Backoff(first_ms=1_000, max_ms=60_000)
 
 #: What the watch hands over: "ADDED", "MODIFIED" or "DELETED", and the job's body.
 Handler = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -47,6 +53,7 @@ class JobWatch(ScopedWatch):
         #: Per job (uid), the newest change not handed over yet.
         self._pending: dict[str, tuple[str, dict[str, Any]]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._clock = SystemClock()
 
     async def stop(self) -> None:
         await super().stop()
@@ -103,16 +110,33 @@ class JobWatch(ScopedWatch):
     async def _work(self, uid: str) -> None:
         try:
             while (change := self._pending.pop(uid, None)) is not None:
-                kind, body = change
-                try:
-                    await self.handle(kind, body)
-                except Exception:  # one bad job must never take the watch down
-                    meta = body.get("metadata") or {}
-                    log.exception(
-                        "handling %s/%s failed; will retry on its next change", meta.get("namespace"), meta.get("name")
-                    )
+                await self._handle(uid, *change)
         finally:
             self._workers.pop(uid, None)
+
+    async def _handle(self, uid: str, kind: str, body: dict[str, Any]) -> None:
+        """Hand one change over; one that fails is tried again (with a backoff), not left for a
+        next change that may never come, until it is done or a newer change supersedes it."""
+        meta = body.get("metadata") or {}
+        what = f"{meta.get('namespace')}/{meta.get('name')}"
+
+        async def once() -> None:
+            await self.handle(kind, body)
+
+        def failed(exc: BaseException) -> None:
+            # A bug (not the API server or the store failing) shows its traceback.
+            log.warning(
+                "handling %s failed (%s: %s); trying again", what, type(exc).__name__, exc, exc_info=not transient(exc)
+            )
+
+        try:
+            await retry(
+                once, clock=self._clock, transient=lambda _: uid not in self._pending, on_error=failed, backoff=RETRY
+            )
+        except Exception as exc:
+            log.warning(
+                "handling %s failed (%s: %s); its newer change is handled instead", what, type(exc).__name__, exc
+            )
 
 
 def _uid(obj: dict[str, Any]) -> str:
