@@ -127,12 +127,13 @@ async def run_operator(cfg: OperatorConfig) -> None:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        # First of all: stop claiming and release the leases of running attempts, their Pods
-        # left running, so that a backup adopts each at its next check instead of waiting for
-        # the lease to run out. Then nothing more is taken from the watches.
-        await scheduler.stop(handover=True)
-        resync.cancel()
+        # No job is added or changed from here on (a job added while the scheduler stops would
+        # start claiming again). Then, at once: stop claiming and release the leases of running
+        # attempts, their Pods left running, so that a backup adopts each at its next check
+        # instead of waiting for the lease to run out.
         await job_watch.stop()
+        resync.cancel()
+        await scheduler.stop(handover=True)
         await pod_watch.stop()
         await run_cache.stop()
         if health is not None:
