@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import os
 import weakref
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 
 from ..engine.clock import SystemClock
 from ..engine.retry import retry
@@ -114,6 +116,24 @@ async def call(
         return transient(exc) or (also is not None and isinstance(exc, also))
 
     return await retry(bounded, clock=clock, transient=retried, deadline_ms=lambda: deadline, on_error=failed)
+
+
+async def json_of(request: Awaitable[Any]) -> Any:
+    """The reply to a request sent with ``_preload_content=False``: the JSON the server sent.
+
+    The client would otherwise build its models from the reply (a V1Pod takes ~0.4 ms, and
+    turning it back into the dict the operator uses as much again, against ~0.01 ms for the
+    JSON itself), for every Pod and Event of every run. An error status raises the
+    ApiException the client would have raised.
+    """
+    response = await request
+    try:
+        data = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type] # as the client does
+    return json.loads(data) if data else None
 
 
 @dataclass

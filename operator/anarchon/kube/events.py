@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import ApiException, Kube
+from .client import ApiException, Kube, json_of
 from .constants import API_VERSION, JOB_KIND, MERGE
 from .spec import JobSpec
 
@@ -110,7 +110,9 @@ class EventPoster:
             if seen is None:
                 body = self._new(namespace, event, name, uid, kind, reason, event_type, message, now)
                 try:
-                    written = await self.kube.core.create_namespaced_event(namespace, body)  # type: ignore[arg-type]
+                    written = await json_of(
+                        self.kube.core.create_namespaced_event(namespace, body, _preload_content=False)  # type: ignore[arg-type]
+                    )
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
@@ -125,11 +127,14 @@ class EventPoster:
                     "message": message,
                 }
                 try:
-                    written = await self.kube.core.patch_namespaced_event(
-                        event,
-                        namespace,
-                        patch,
-                        _content_type=MERGE,  # type: ignore[call-arg]
+                    written = await json_of(
+                        self.kube.core.patch_namespaced_event(
+                            event,
+                            namespace,
+                            patch,
+                            _content_type=MERGE,  # type: ignore[call-arg]
+                            _preload_content=False,
+                        )
                     )
                 except ApiException as exc:
                     if exc.status == 404:
@@ -145,15 +150,15 @@ class EventPoster:
 
     async def _read(self, namespace: str, event: str) -> _Seen | None:
         try:
-            current = await self.kube.core.read_namespaced_event(event, namespace)
+            current = await json_of(self.kube.core.read_namespaced_event(event, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return _Seen(int(current.count or 1), str(current.metadata.resource_version))
+        return _seen(current)
 
-    def _remember(self, event: str, written: Any) -> None:
-        self._seen[event] = _Seen(int(written.count or 1), str(written.metadata.resource_version))
+    def _remember(self, event: str, written: dict[str, Any]) -> None:
+        self._seen[event] = _seen(written)
         while len(self._seen) > REMEMBERED:
             self._seen.popitem(last=False)
 
@@ -190,3 +195,7 @@ class EventPoster:
             "lastTimestamp": now,
             "count": 1,
         }
+
+
+def _seen(event: dict[str, Any]) -> _Seen:
+    return _Seen(int(event.get("count") or 1), str((event.get("metadata") or {}).get("resourceVersion") or ""))

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .client import ApiException, Kube, call
+from .client import ApiException, Kube, call, json_of
 from .constants import (
     ANNOTATION_INSTANCE,
     ANNOTATION_SCHEDULED_AT,
@@ -191,18 +191,15 @@ def build_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": pod_spec}
 
 
-def _as_dict(kube: Kube, obj: object) -> dict[str, Any]:
-    """The API object as the camelCase dict the server sent, like the watches' bodies."""
-    return dict(kube.api.sanitize_for_serialization(obj))
-
-
 async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, Any]]:
     """Every Pod of a run, oldest try first, and within a try oldest attempt first."""
     listing = await call(
         f"listing Pods of run {namespace}/{run}",
-        lambda: kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}"),
+        lambda: json_of(
+            kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}", _preload_content=False)
+        ),
     )
-    items = [_as_dict(kube, p) for p in listing.items]
+    items: list[dict[str, Any]] = list(listing.get("items") or [])
     items.sort(
         key=lambda p: (try_of(p), int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
     )
@@ -211,9 +208,11 @@ async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, An
 
 async def read_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return _as_dict(
-            kube, await call(f"reading Pod {namespace}/{name}", lambda: kube.core.read_namespaced_pod(name, namespace))
+        pod: dict[str, Any] = await call(
+            f"reading Pod {namespace}/{name}",
+            lambda: json_of(kube.core.read_namespaced_pod(name, namespace, _preload_content=False)),
         )
+        return pod
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -230,11 +229,11 @@ async def create_pod(kube: Kube, body: dict[str, Any]) -> tuple[dict[str, Any], 
     namespace = body["metadata"]["namespace"]
     name = body["metadata"]["name"]
     try:
-        created = await call(
+        created: dict[str, Any] = await call(
             f"creating Pod {namespace}/{name}",
-            lambda: kube.core.create_namespaced_pod(namespace, body),  # type: ignore[arg-type]
+            lambda: json_of(kube.core.create_namespaced_pod(namespace, body, _preload_content=False)),  # type: ignore[arg-type]
         )
-        return _as_dict(kube, created), True
+        return created, True
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -256,7 +255,7 @@ async def delete_pod(
     options: dict[str, Any] = {"body": body} if body else {}
 
     def delete() -> Awaitable[object]:
-        return kube.core.delete_namespaced_pod(name, namespace, **options)
+        return json_of(kube.core.delete_namespaced_pod(name, namespace, _preload_content=False, **options))
 
     try:
         await call(f"deleting Pod {namespace}/{name}", delete)
