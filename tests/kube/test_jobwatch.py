@@ -4,7 +4,6 @@ and a job deleted while nobody watched noticed at the next listing."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from controlplane import ControlPlane
@@ -12,6 +11,7 @@ from controlplane import ControlPlane
 from anarchon.kube.client import Kube
 from anarchon.kube.constants import API_VERSION, GROUP, JOB_KIND, JOBS, VERSION
 from anarchon.kube.jobwatch import JobWatch
+from tests.engine.harness import wait_for
 
 
 def _job(name: str) -> dict[str, Any]:
@@ -25,14 +25,6 @@ def _job(name: str) -> dict[str, Any]:
             "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
         },
     }
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    for _ in range(600):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Recorder:
@@ -82,17 +74,17 @@ async def test_changes_are_handed_over_one_at_a_time_the_newest_last(
     watch = JobWatch(kube, handler, [namespace])
     watch.start()
     try:
-        await _until(lambda: handler.running == 1, "the listed job handed over")
+        await wait_for(lambda: handler.running == 1, what="the listed job handed over")
         for n in (1, 2, 3):
             await _label(kube, namespace, "one", n)
         await asyncio.sleep(1)  # the three events arrive while the first is still being handled
         handler.gate.set()
-        await _until(lambda: handler.of("one")[-1:] == [("MODIFIED", "3")], "the newest change")
+        await wait_for(lambda: handler.of("one")[-1:] == [("MODIFIED", "3")], what="the newest change")
         await watch.idle()
         assert handler.of("one") == [("ADDED", None), ("MODIFIED", "3")]
         assert handler.most_at_once == 1
         await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "one")
-        await _until(lambda: handler.of("one")[-1][0] == "DELETED", "the deletion")
+        await wait_for(lambda: handler.of("one")[-1][0] == "DELETED", what="the deletion")
     finally:
         await watch.stop()
 
@@ -105,13 +97,14 @@ async def test_a_job_deleted_while_nobody_watched_is_handed_over_as_deleted(
     handler = Recorder()
     watch = JobWatch(kube, handler, [namespace])
     watch.start()
-    await _until(lambda: bool(handler.of("kept") and handler.of("gone")), "both jobs")
+    await wait_for(lambda: bool(handler.of("kept") and handler.of("gone")), what="both jobs")
     await watch.stop()
     await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "gone")
     watch.start()  # lists again: "gone" is not there any more
     try:
-        await _until(lambda: handler.of("gone")[-1:] == [("DELETED", None)], "the deletion noticed at the listing")
-        await _until(lambda: len(handler.of("kept")) == 2, "the kept job listed again")
+        gone = [("DELETED", None)]
+        await wait_for(lambda: handler.of("gone")[-1:] == gone, what="the deletion noticed at the listing")
+        await wait_for(lambda: len(handler.of("kept")) == 2, what="the kept job listed again")
         assert handler.of("kept") == [("ADDED", None), ("ADDED", None)]
     finally:
         await watch.stop()
@@ -135,7 +128,7 @@ async def test_a_change_whose_handling_failed_is_tried_again_without_a_new_chang
     watch = JobWatch(kube, flaky, [namespace])
     watch.start()
     try:
-        await _until(lambda: bool(handler.of("flaky")), "the change handled in the end")
+        await wait_for(lambda: bool(handler.of("flaky")), what="the change handled in the end")
         assert calls == ["ADDED"] * 3 and handler.of("flaky") == [("ADDED", None)]
     finally:
         await watch.stop()

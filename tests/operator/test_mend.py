@@ -197,13 +197,7 @@ async def test_a_run_object_left_without_a_status_is_closed_with_the_stores_verd
 
     The 20,000-slot soak left such objects with no phase at all; nothing ever closed them.
     """
-    key = engine_key(spec.namespace, spec.name, spec.uid)
-    backend = scheduler.backend
-    assert isinstance(backend, SqliteBackend)
-    past = int(time.time() * 1000) - 10 * LEASE_MS
-    await backend.claim(ClaimRequest(key, OLD_SLOT, "r-1", "t-old", past, LEASE_MS, Overlap.SKIP))
-    skipped = await backend.claim(ClaimRequest(key, NEW_SLOT, "r-2", "t-new", past + 1, LEASE_MS, Overlap.SKIP))
-    assert not skipped.won
+    await _skip_whose_replica_died(scheduler, spec)
     await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")  # ... and its replica died right there
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
