@@ -66,7 +66,11 @@ class FaultyStore(LeaseBackend):
         return result
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult | BaseException]:
-        """The store's own batch (one round trip), faulted as one call: a rule hits the whole batch."""
+        """The store's own batch (one round trip), faulted as one call: a "claim_many" rule hits
+        the whole batch. While a "claim" rule is pending, the claims go one by one instead, so
+        that it hits a claim whether the engine sent it alone or in a batch (a trigger's is)."""
+        if any(r.operation == "claim" and r.fired < r.times for r in self.rules):
+            return await super().claim_many(requests)
         answers: list[ClaimResult | BaseException] = await self._through(
             "claim_many", lambda: self.inner.claim_many(requests)
         )
