@@ -271,6 +271,34 @@ async def test_a_run_the_history_limits_deleted_is_not_written_again(
     assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is not None
 
 
+async def test_a_run_deleted_by_hand_before_the_replica_started_is_not_written_again(
+    kube: Kube, spec: JobSpec, scheduler: Scheduler, cluster: Cluster
+) -> None:
+    """A Succeeded run's object deleted by hand (`kubectl delete anarchonrun`), then a replica
+    (re)started: its run cache never saw the deletion, and the store still has the record. The
+    run's runner created the object before its Pod, so a missing object was deleted: left gone."""
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = scheduler.backend
+    past = int(time.time() * 1000) - 10 * LEASE_MS
+    for slot in (OLD_SLOT, NEW_SLOT):
+        await backend.claim(ClaimRequest(key, slot, "r-1", f"t-{slot}", past, LEASE_MS, Overlap.ALLOW))
+        assert await backend.finish(key, slot, f"t-{slot}", past + 1, RunState.SUCCEEDED)
+        await runs.ensure_run(kube, spec, slot, "Schedule")
+        await runs.update_status(
+            kube,
+            spec.namespace,
+            run_name(spec.name, slot),
+            1,
+            lambda s: runs.end_attempt(s, attempt=1, outcome="Succeeded", message="ok", final=True),
+        )
+    cluster.kubectl("delete", "anarchonrun", run_name(spec.name, NEW_SLOT))
+
+    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+
+    assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is None, "deleted by hand: must stay gone"
+    assert cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT)) is not None
+
+
 async def test_a_lost_skip_of_a_job_on_every_1s_is_found_behind_newer_records(
     kube: Kube, cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -19,8 +19,9 @@ create. A refresh and the periodic resync also read the job's newest store recor
 the last two minutes and a lease, and ten more), and give each one the store ended a lease
 ago, with no object, an object of its own with the store's verdict, unless the history
 limits would delete it at once (they deleted it before: it is older than every kept run of
-its kind), the watch saw its object deleted (by hand, or by the limits), or it is older than
-every object of the job.
+its kind), the watch saw its object deleted (by hand, or by the limits), it is older than
+every object of the job, or it Succeeded or Failed (its runner created its object first: it
+was deleted, maybe before this replica started).
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
 #: ended, and by then a job on `every 1s` has newer records: a look at the newest ten records
 #: missed such a Skip in the 20,000-slot chaos soak.
 MISSING_LOOK_BACK_MS = 120_000
+#: The ends only a runner writes, from its run's Pod: it created the run's object before it
+#: launched the Pod, so a record that ended so and has no object lost it to a deletion (by hand,
+#: or by the history limits), which a replica started since has not seen.
+RUNNER_ENDED = frozenset({RunState.SUCCEEDED, RunState.FAILED})
 #: Store records read besides the window's slots (manual runs, backfills), and at most in all.
 MISSING_LOOK_EXTRA = 10
 MISSING_LOOK_MAX = 200
@@ -110,7 +115,7 @@ async def mend_missing(
     for run in await backend.history(key, look):
         if run.slot in slots or run.slot < min(slots) or run.state.active or now - run.updated_ms < grace_ms:
             continue
-        if deleted(spec.namespace, run_name(spec.name, run.slot)):
+        if run.state in RUNNER_ENDED or deleted(spec.namespace, run_name(spec.name, run.slot)):
             continue  # deleted by hand or by the history limits: not lost
         kind, keep = next(k for k in runs.history_kinds(spec) if str(run.state) in k[0])
         kept = sorted(slot for slot, phase in phases if phase in kind)
