@@ -152,13 +152,18 @@ class PodRunner:
         try_number, existing = await self._current_try(ctx, spec, name, status)
         next_try_at = runs.next_try_time(status, try_number)
         while True:
-            view = await self._adopt_or_launch(ctx, spec, name, run_uid, try_number, existing, next_try_at)
-            await self._changed(spec)
-            try:
-                failed = await self._follow(ctx, spec, name, view, try_number)
-            finally:
-                with contextlib.suppress(Exception):
-                    await self._changed(spec)
+            # Watched from before its launch, a Pod needs no read after it: its create's reply is
+            # its state then, and every change since reaches ``since``.
+            with interest_in(self.pod_watch, spec.namespace, pod_name(name, try_number)) as since:
+                view, launched = await self._adopt_or_launch(
+                    ctx, spec, name, run_uid, try_number, existing, next_try_at
+                )
+                await self._changed(spec)
+                try:
+                    failed = await self._follow(ctx, spec, name, view, try_number, since if launched else None)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await self._changed(spec)
             if failed is None:
                 return
             next_try_at = await self._try_failed(ctx, spec, name, try_number, failed)
@@ -180,8 +185,11 @@ class PodRunner:
         try_number: int,
         existing: list[PodView],
         next_try_at: datetime | None,
-    ) -> PodView:
-        """Adopt the Pod of the current try, or launch it (after its backoff, if it waits one)."""
+    ) -> tuple[PodView, bool]:
+        """Adopt the Pod of the current try, or launch it (after its backoff, if it waits one).
+
+        The Pod's view, and whether it was launched (read by its create, not before).
+        """
         keep = next((v for v in reversed(existing) if v.fate is not PodFate.LOST), None)
         if keep is not None:
             await _confirm(ctx)
@@ -194,7 +202,7 @@ class PodRunner:
                 reason="Adopted",
                 message=f"run {name} attempt {ctx.attempt} on {ctx.instance} adopted Pod {keep.name} ({keep.message})",
             )
-            return keep
+            return keep, False
         if next_try_at is not None:
             await self._back_off(ctx, spec, name, try_number, next_try_at)
         await _confirm(ctx)
@@ -233,7 +241,7 @@ class PodRunner:
             reason="Launched",
             message=f"run {name} attempt {ctx.attempt}{tried} on {ctx.instance}: Pod {pod}",
         )
-        return fate_of(created)
+        return fate_of(created), True
 
     async def _current_try(
         self, ctx: RunContext, spec: JobSpec, name: str, status: runs.Status
@@ -243,11 +251,16 @@ class PodRunner:
         The run's status says which try is current (written before a retry's Pod is
         launched), and so do the Pods (each carries its try): whichever is further wins, so a
         status write lost with its runner never sends the run back to a try that already ran.
-        Attempt 1 of a run has no past: its first try, one GET. A later attempt lists the
-        run's Pods by label (the listing also finds a Pod that an earlier version named per
-        attempt, ``<run>-a<N>``, as try 1); a LIST costs the API server a scan of the
-        namespace's Pods, and most runs never need it.
+        A run whose object has no status yet has no Pod: an attempt writes the run's status
+        before it launches a Pod, so it is the first try and nothing is read (the create finds a
+        Pod left by an earlier object of the same name, being collected with it). Attempt 1 of
+        a run that has a status (its object outlived the store's record of the run) reads its
+        first try's Pod, one GET. A later attempt lists the run's Pods by label (the listing
+        also finds a Pod that an earlier version named per attempt, ``<run>-a<N>``, as try 1);
+        a LIST costs the API server a scan of the namespace's Pods, and most runs never need it.
         """
+        if ctx.attempt == 1 and not status:
+            return 1, []
         if ctx.attempt == 1:
             pod = await read_pod(self.kube, spec.namespace, pod_name(name))
             return 1, [] if pod is None else [fate_of(pod)]
@@ -354,19 +367,26 @@ class PodRunner:
             self.wrote(run)
 
     async def _follow(
-        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, try_number: int
+        self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, try_number: int, since: PodChange | None
     ) -> PodView | None:
-        """Follow the try's Pod to its end; the Pod's view if it failed and another try follows."""
+        """Follow the try's Pod to its end; the Pod's view if it failed and another try follows.
+
+        ``since`` holds the Pod's changes since ``view`` was read, if the watch was told to
+        keep them (None: ``view`` may be stale, the Pod is read first).
+        """
         pod = view.name
         shown: str | None = None  # the reason the run shows for its Pending Pod, if any
-        woke: PodChange | None = None  # what woke us last, with the Pod if the watch delivered it
+        woke = since  # what woke us last, with the Pod if the watch delivered it
+        current = since is not None and not since.is_set()  # ``view`` is the Pod as it is
         while True:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
                 return None
             with interest_in(self.pod_watch, spec.namespace, pod) as changed:  # before the read: no change slips by
                 try:
-                    if woke is not None and woke.delivered:
+                    if current:
+                        current = False  # nothing changed since ``view``: no read
+                    elif woke is not None and woke.delivered:
                         view = fate_of(woke.pod)  # the watch's copy: no read
                     else:
                         view = fate_of(await read_pod(self.kube, spec.namespace, pod))
