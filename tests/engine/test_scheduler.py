@@ -565,3 +565,29 @@ async def test_the_loop_lag_is_seen_and_then_forgotten() -> None:
         assert lag.penalty_ms() == 0, lag.lag_ms
     finally:
         lag.stop()
+
+
+@pytest.mark.parametrize("beats", [0, 3])
+async def test_a_run_heartbeats_from_a_heartbeat_after_its_claim(
+    make_backend: Callable[[], LeaseBackend], clock: ScaledClock, job_name: str, beats: int
+) -> None:
+    """The claim sets the lease: the first heartbeat is due a heartbeat later. A beat at once
+    (as before) cost every run one more store call, and a run shorter than a heartbeat needs none."""
+    calls: Counter[str] = Counter()
+    backend = observed(make_backend(), lambda operation, _s, _e: calls.update([operation]))
+    sched = Scheduler(backend, instance_id="beating", clock=clock)
+    runs = Calls(clock)
+
+    async def work(ctx: RunContext) -> None:
+        await clock.sleep(2_000 * beats + 1_000)  # half a heartbeat past ``beats`` of them
+
+    sched.schedule(job_name, every("1h"), runs.handler(work), jitter=0, heartbeat="2s", lease="10s")
+    await sched.start()
+    try:
+        await sched.trigger(job_name)
+        await wait_for(lambda: calls["finish"] >= 1, timeout_s=60, what="the run's end")
+    finally:
+        await sched.stop()
+        await backend.close()
+    # Each beat comes a store call's time after the one before: the last may fall after the end.
+    assert max(0, beats - 1) <= calls["heartbeat"] + calls["get_run"] <= beats, calls

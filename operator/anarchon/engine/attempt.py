@@ -344,16 +344,21 @@ class AttemptRunner:
             await asyncio.wait({task}, timeout=self.options.stop_grace_ms / 1000)
 
     async def _heartbeats(self) -> None:
-        """Push the lease forward every heartbeat while the handler is alive."""
+        """Push the lease forward every heartbeat while the handler is alive.
+
+        The claim or takeover that started the attempt set the lease: the first beat is due a
+        heartbeat after that, like every other (one store call per run fewer than a beat at
+        once, which pushed a lease set a moment before).
+        """
         ctx = self.ctx
         opts = self.options
-        first = True
+        wait_ms = self._lease_until_ms - opts.lease_ms + opts.heartbeat_ms - self.clock.now_ms()
         while not self._beats_over:
-            if not first:
-                await self.clock.sleep(opts.heartbeat_ms)
+            if wait_ms > 0:
+                await self.clock.sleep(wait_ms)
                 if self._beats_over:
                     return
-            first = False
+            wait_ms = opts.heartbeat_ms
             now = self.clock.now_ms()
             try:
                 if ctx.alive:
