@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import os
 import weakref
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
@@ -133,7 +133,7 @@ async def json_of(request: Awaitable[Any]) -> Any:
         response.release()
     if not 200 <= response.status <= 299:
         raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type] # as the client does
-    return json.loads(data) if data else None
+    return orjson.loads(data) if data else None
 
 
 @dataclass

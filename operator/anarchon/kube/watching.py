@@ -10,12 +10,12 @@ server no longer has that version (410 Gone) does it list again. Errors back off
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any, cast
 
 import aiohttp
+import orjson
 
 from .client import ApiException, Kube
 
@@ -107,7 +107,7 @@ class ScopedWatch:
                 async for line in response.content:
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
                         if obj.get("code") == 410:
