@@ -158,7 +158,6 @@ class JobStatus:
         ``version``: the job's resourceVersion that ``status`` was read from (see the module).
         """
         now = self.scheduler.clock.now_ms()
-        next_slot = spec.schedule.next_after(now)
         what = f"suspended ({spec.schedule})" if spec.options.suspend else f"{spec.schedule}"
         conditions = [
             _condition(
@@ -175,6 +174,9 @@ class JobStatus:
             patch["conditions"] = conditions
             patch["observedGeneration"] = spec.generation
         if int(status.get("nextSlot") or 0) < now:
+            # Only then: at every run's start and end each replica comes here (the status
+            # writes are job changes), and a cron schedule's next slot is its costliest part.
+            next_slot = spec.schedule.next_after(now)
             patch.update(nextSlot=next_slot, nextScheduleTime=slot_time(next_slot))
         if status.get("schedule") != (column := schedule_column(spec.schedule)):
             patch["schedule"] = column
