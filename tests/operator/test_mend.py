@@ -108,6 +108,18 @@ async def _skip_whose_replica_died(scheduler: Scheduler, spec: JobSpec) -> None:
     assert not skipped.won
 
 
+async def _ended_object(kube: Kube, spec: JobSpec, slot: int, outcome: str, message: str) -> None:
+    """The run of ``slot`` has its object, which says the run ended ``outcome``."""
+    await runs.ensure_run(kube, spec, slot, "Schedule")
+    await runs.update_status(
+        kube,
+        spec.namespace,
+        run_name(spec.name, slot),
+        1,
+        lambda s: runs.end_attempt(s, attempt=1, outcome=outcome, message=message, final=True),
+    )
+
+
 async def _live_pods(kube: Kube, spec: JobSpec, name: str) -> list[str]:
     pods = await pods_of_run(kube, spec.namespace, name)
     return [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -256,14 +268,7 @@ async def test_a_run_the_history_limits_deleted_is_not_written_again(
     given_up = await backend.takeover(TakeoverRequest(key, OLD_SLOT, "r-2", "t-2", past + LEASE_MS, LEASE_MS, 1))
     assert not given_up.won and given_up.run is not None and given_up.run.state.value == "Interrupted"
     await runs.ensure_run(kube, spec, EARLY_SLOT, "Schedule")
-    await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")
-    await runs.update_status(
-        kube,
-        spec.namespace,
-        run_name(spec.name, NEW_SLOT),
-        1,
-        lambda s: runs.end_attempt(s, attempt=1, outcome="Interrupted", message="gave up", final=True),
-    )
+    await _ended_object(kube, spec, NEW_SLOT, "Interrupted", "gave up")
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
 
@@ -283,14 +288,7 @@ async def test_a_run_deleted_by_hand_before_the_replica_started_is_not_written_a
     for slot in (OLD_SLOT, NEW_SLOT):
         await backend.claim(ClaimRequest(key, slot, "r-1", f"t-{slot}", past, LEASE_MS, Overlap.ALLOW))
         assert await backend.finish(key, slot, f"t-{slot}", past + 1, RunState.SUCCEEDED)
-        await runs.ensure_run(kube, spec, slot, "Schedule")
-        await runs.update_status(
-            kube,
-            spec.namespace,
-            run_name(spec.name, slot),
-            1,
-            lambda s: runs.end_attempt(s, attempt=1, outcome="Succeeded", message="ok", final=True),
-        )
+        await _ended_object(kube, spec, slot, "Succeeded", "ok")
     cluster.kubectl("delete", "anarchonrun", run_name(spec.name, NEW_SLOT))
 
     await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
@@ -322,14 +320,7 @@ async def test_a_lost_skip_of_a_job_on_every_1s_is_found_behind_newer_records(
             slot = base + 1000 * i
             await backend.claim(ClaimRequest(key, slot, "r-3", f"t-{i}", slot, LEASE_MS, Overlap.SKIP))
             await backend.finish(key, slot, f"t-{i}", slot + 500, RunState.SUCCEEDED)
-            await runs.ensure_run(kube, spec, slot, "Schedule")
-            await runs.update_status(
-                kube,
-                spec.namespace,
-                run_name(spec.name, slot),
-                1,
-                lambda s: runs.end_attempt(s, attempt=1, outcome="Succeeded", message="ok", final=True),
-            )
+            await _ended_object(kube, spec, slot, "Succeeded", "ok")
         await runs.ensure_run(kube, spec, base - 1000, "Schedule")
 
         await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
