@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -16,6 +16,7 @@ from anarchon.engine import RunContext, RunInterrupted
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
+from anarchon.kube.podwatch import PodWatch
 from anarchon.kube.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 
@@ -136,3 +137,44 @@ async def test_a_replaced_runs_pod_is_deleted_without_a_grace_period(
         assert deleted.deletion_timestamp and deleted.deletion_grace_period_seconds == 0
     finally:
         await kube.core.patch_namespaced_pod(pod, spec.namespace, {"metadata": {"finalizers": None}})
+
+
+async def test_news_of_an_earlier_pod_of_the_same_name_is_not_taken_for_the_followed_pods(
+    kube: Kube, spec: JobSpec
+) -> None:
+    """A lost Pod is deleted and its try launched again under the same name; the watch may deliver
+    the old Pod's deletion after the new Pod's create. Taken for the new Pod's end, it ended the
+    attempt as interrupted with its Pod running. The deletion is injected into the live watch
+    here, as a late delivery would hand it over: the watch cannot be made to lag on cue."""
+    watch = PodWatch(kube, [spec.namespace])
+    watch.start()
+    try:
+        await _until("the Pod watch", _healthy(watch))
+        runner = PodRunner(kube, EventPoster(kube), lambda: spec, pod_watch=watch)
+        task = asyncio.create_task(runner(attempt(1, *([True] * 50))))
+        pod = run_name(spec.name, SLOT)
+
+        async def running() -> bool:
+            if task.done():
+                task.result()
+            pods = await pods_of_run(kube, spec.namespace, run_name(spec.name, SLOT))
+            return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+        await _until("the Pod running", running)
+        earlier = {"metadata": {"name": pod, "namespace": spec.namespace, "uid": "an-earlier-pod-of-this-name"}}
+        watch._event("DELETED", earlier)
+        await asyncio.sleep(2)
+        assert not task.done(), "the attempt must go on following its Pod"
+        assert await _pods(kube, spec) == [(pod, False)]
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RunInterrupted):
+            await task
+    finally:
+        await watch.stop()
+
+
+def _healthy(watch: PodWatch) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return watch.healthy
+
+    return check

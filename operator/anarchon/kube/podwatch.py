@@ -36,19 +36,24 @@ class PodChange(asyncio.Event):
 
     The watch delivers every change in order, so a delivered state is never newer than the
     next one it will deliver: acting on it and waiting again misses nothing.
+
+    ``uid`` is the uid of the Pod the change was about, also for a deletion: an earlier Pod of
+    the same name (a lost Pod deleted before its try was launched again) is another Pod, and
+    news of it, which a watch may deliver late, is no news of the one followed.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.pod: dict[str, Any] | None = None
+        self.uid = ""
         self.delivered = False
 
-    def deliver(self, pod: dict[str, Any] | None) -> None:
-        self.pod, self.delivered = pod, True
+    def deliver(self, pod: dict[str, Any] | None, uid: str) -> None:
+        self.pod, self.uid, self.delivered = pod, uid, True
         self.set()
 
     def reread(self) -> None:
-        self.pod, self.delivered = None, False
+        self.pod, self.uid, self.delivered = None, "", False
         self.set()
 
 
@@ -111,7 +116,7 @@ class PodWatch(ScopedWatch):
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         for event in self._waiters.get((str(meta.get("namespace")), str(meta.get("name"))), ()):
-            event.deliver(None if kind == "DELETED" else obj)
+            event.deliver(None if kind == "DELETED" else obj, str(meta.get("uid") or ""))
 
     def _reread(self, scope: str) -> None:
         """Everyone waiting on a Pod of the scope reads it afresh."""

@@ -386,7 +386,7 @@ class PodRunner:
                 try:
                     if current:
                         current = False  # nothing changed since ``view``: no read
-                    elif woke is not None and woke.delivered:
+                    elif woke is not None and woke.delivered and woke.uid == _uid(view.body):
                         view = fate_of(woke.pod)  # the watch's copy: no read
                     else:
                         view = fate_of(await read_pod(self.kube, spec.namespace, pod))
@@ -547,6 +547,10 @@ class PodRunner:
             log.warning("cleaning up %s, replaced by %s, failed: %s", old, run_name(spec.name, new_slot), exc)
             return
         await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
+
+
+def _uid(pod: dict[str, Any] | None) -> str:
+    return str(((pod or {}).get("metadata") or {}).get("uid") or "")
 
 
 async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], message: str) -> str | None:
