@@ -27,7 +27,7 @@ from ..engine.clock import SystemClock
 from ..engine.retry import Backoff, retry
 from .client import Kube, transient
 from .constants import GROUP, JOBS, VERSION
-from .watching import ScopedWatch
+from .watching import ScopedWatch, uid_of
 
 log = logging.getLogger("anarchon.kube.jobwatch")
 
@@ -84,7 +84,7 @@ class JobWatch(ScopedWatch):
         return await custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **options)
 
     def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
-        present = {_uid(obj) for obj in items}
+        present = {uid_of(obj) for obj in items}
         gone = [
             body
             for uid, body in self._known.items()
@@ -96,7 +96,7 @@ class JobWatch(ScopedWatch):
             self._event("ADDED", obj)
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
-        uid = _uid(obj)
+        uid = uid_of(obj)
         if not uid:
             return
         if kind == "DELETED":
@@ -137,7 +137,3 @@ class JobWatch(ScopedWatch):
             log.warning(
                 "handling %s failed (%s: %s); its newer change is handled instead", what, type(exc).__name__, exc
             )
-
-
-def _uid(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")

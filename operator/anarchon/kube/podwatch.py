@@ -22,7 +22,7 @@ from typing import Any
 
 from .client import Kube
 from .constants import LABEL_MANAGED_BY, MANAGED_BY
-from .watching import ScopedWatch
+from .watching import ScopedWatch, uid_of
 
 Key = tuple[str, str]
 
@@ -116,7 +116,7 @@ class PodWatch(ScopedWatch):
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         for event in self._waiters.get((str(meta.get("namespace")), str(meta.get("name"))), ()):
-            event.deliver(None if kind == "DELETED" else obj, str(meta.get("uid") or ""))
+            event.deliver(None if kind == "DELETED" else obj, uid_of(obj))
 
     def _reread(self, scope: str) -> None:
         """Everyone waiting on a Pod of the scope reads it afresh."""

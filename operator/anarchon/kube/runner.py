@@ -60,6 +60,7 @@ from .pods import (
 )
 from .podwatch import PodChange, PodWatch, interest_in, wait_for_change
 from .spec import JobSpec, pod_name, run_name
+from .watching import uid_of
 
 log = logging.getLogger("anarchon.kube.runner")
 
@@ -145,7 +146,7 @@ class PodRunner:
             self._in_hand.pop(name, None)
 
     async def _attempt_with(self, ctx: RunContext, spec: JobSpec, name: str, run: dict[str, Any]) -> None:
-        run_uid = str((run.get("metadata") or {}).get("uid") or "")
+        run_uid = uid_of(run)
         for old in ctx.replaced:
             await self._replace(spec, old.slot, ctx.slot)
         status: runs.Status = dict(run.get("status") or {})
@@ -386,7 +387,7 @@ class PodRunner:
                 try:
                     if current:
                         current = False  # nothing changed since ``view``: no read
-                    elif woke is not None and woke.delivered and woke.uid == _uid(view.body):
+                    elif woke is not None and woke.delivered and woke.uid == uid_of(view.body):
                         view = fate_of(woke.pod)  # the watch's copy: no read
                     else:
                         view = fate_of(await read_pod(self.kube, spec.namespace, pod))
@@ -547,10 +548,6 @@ class PodRunner:
             log.warning("cleaning up %s, replaced by %s, failed: %s", old, run_name(spec.name, new_slot), exc)
             return
         await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
-
-
-def _uid(pod: dict[str, Any] | None) -> str:
-    return str(((pod or {}).get("metadata") or {}).get("uid") or "")
 
 
 async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], message: str) -> str | None:

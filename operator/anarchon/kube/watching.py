@@ -118,3 +118,8 @@ class ScopedWatch:
                         self._event(str(event.get("type")), obj)
             finally:
                 response.release()
+
+
+def uid_of(obj: dict[str, Any] | None) -> str:
+    """The object's uid ("" if it has none): what tells two objects of the same name apart."""
+    return str(((obj or {}).get("metadata") or {}).get("uid") or "")
