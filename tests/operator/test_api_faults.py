@@ -126,6 +126,50 @@ async def test_an_api_outage_past_the_retries_interrupts_the_attempt_and_leaves_
     assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "the Pod is left for the next attempt"
 
 
+def _create_lost_then_reads(proxy: ApiFaultProxy, spec: JobSpec, code: int, times: int | None) -> tuple[Fault, Fault]:
+    """The Pod's create is applied but its reply lost; then the reads of that Pod fail with ``code``.
+
+    The runner's retry of the create hears AlreadyExists, and only a read of the Pod tells it
+    what it made (the first attempt reads nothing before its create: it had no Pod to look for).
+    """
+    lost = proxy.add(Fault("lost_reply", verb="create", resource="pods", times=1))
+    pod = run_name(spec.name, SLOT)
+    reads = proxy.add(Fault("status", code=code, verb="get", resource="pods", name=pod, times=times))
+    return lost, reads
+
+
+async def test_a_pod_create_whose_reply_was_lost_is_read_through_transient_faults(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube
+) -> None:
+    lost, reads = _create_lost_then_reads(proxy, spec, 500, 2)
+    await _attempt(through_proxy, spec)
+    assert (lost.fired, reads.fired) == (1, 2), "the create's reply was lost, then the read after it failed twice"
+    assert _run(cluster, spec)["status"]["phase"] == "Succeeded"
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "one Pod: the retried create made none"
+
+
+async def test_a_pod_create_whose_reply_was_lost_and_never_read_interrupts_the_attempt_and_the_next_adopts_it(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read after the lost reply fails past the retries: nothing is known of the Pod.
+
+    The attempt must not end the run (it launched a Pod that runs) nor launch again: it is
+    interrupted with the run Running, and the next attempt adopts the one Pod to its end.
+    """
+    monkeypatch.setattr(kube_client, "RETRY_FOR_MS", 1_500)
+    _, reads = _create_lost_then_reads(proxy, spec, 503, None)
+    with pytest.raises(RunInterrupted, match="503"):
+        await _attempt(through_proxy, spec)
+    assert reads.fired >= 2, "retried before giving up"
+    assert _run(cluster, spec)["status"]["phase"] == "Running", "nothing may be recorded from a failed read"
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "the Pod is left for the next attempt"
+    proxy.clear()
+    await asyncio.wait_for(PodRunner(through_proxy, EventPoster(through_proxy), lambda: spec)(attempt(2, *YES)), 60)
+    status = _run(cluster, spec)["status"]
+    assert (status["phase"], status["attempt"]) == ("Succeeded", 2), status
+    assert _pods(cluster, spec) == [run_name(spec.name, SLOT)], "adopted, never launched a second time"
+
+
 async def test_a_runner_frozen_before_its_create_adopts_the_backups_pod_instead_of_launching_a_second(
     cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, kube: Kube
 ) -> None:
