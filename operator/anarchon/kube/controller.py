@@ -18,6 +18,7 @@ from typing import Any
 from ..engine import ConfigError, Job, LeaseBackend, RunContext, Scheduler
 from ..engine.errors import StoreError
 from .client import Kube
+from .constants import ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED
 from .events import EventPoster
 from .metrics import Metrics, job_times
 from .podwatch import PodWatch
@@ -52,6 +53,9 @@ class JobController:
         self.specs: dict[str, JobSpec] = {}
         self.status = JobStatus(kube, scheduler, events, run_cache, resync_s=resync_s)
         self.triggers = Triggers(kube, scheduler, events)
+        #: Per job (engine key), what of its body the last complete handling went by: its
+        #: generation (the spec's version) and its trigger annotations (see :meth:`apply`).
+        self._handled: dict[str, tuple[int, object, object]] = {}
 
     # -- watch events ----------------------------------------------------------------------------
 
@@ -62,6 +66,17 @@ class JobController:
         generation = int(meta.get("generation") or 0)
         status = body.get("status") or {}
         version = str(meta.get("resourceVersion") or "") or None
+        annotations = meta.get("annotations") or {}
+        handled = (generation, annotations.get(ANNOTATION_TRIGGER), annotations.get(ANNOTATION_TRIGGER_HANDLED))
+        spec = self.specs.get(key)
+        if spec is not None and self._handled.get(key) == handled and key in self.scheduler.jobs:
+            # Only the status changed: the replicas' own writes at every run's start and end,
+            # each seen by every replica. The spec and the trigger are as last handled, so
+            # nothing is parsed, rescheduled or triggered again.
+            self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
+            await self.status.valid(spec, status, version)
+            return
+        self._handled.pop(key, None)
         try:
             spec = parse_job(body)
             job = Job(key, spec.schedule, self._runner(key), spec.options)
@@ -75,7 +90,8 @@ class JobController:
         self.specs[key] = spec
         self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
         await self.status.valid(spec, status, version)
-        await self.triggers.apply(spec, key, meta.get("annotations") or {})
+        await self.triggers.apply(spec, key, annotations)
+        self._handled[key] = handled  # only now: a handling that failed is done again in full
 
     async def remove(self, namespace: str, name: str, uid: str) -> None:
         """The job is gone: stop its runs, then delete what the store keeps for it.
@@ -88,6 +104,7 @@ class JobController:
         key = engine_key(namespace, name, uid)
         await self.scheduler.remove(key, handover=False)
         self.specs.pop(key, None)
+        self._handled.pop(key, None)
         self.metrics.forget(key, namespace, name)
         self.triggers.forget(key)
         self.status.forget(key)
