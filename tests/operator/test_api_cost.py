@@ -27,9 +27,12 @@ pytestmark = pytest.mark.slow
 #: Requests per run the replicas may make together, at most. CronJob's controller made about
 #: 13.5 in issue 13's measurement. The code before the run cache, the object-in-hand writes
 #: and the Pod from the watch event made 16.2 here (2.2 LISTs and 2 GETs of runs, 4 Pod GETs);
-#: with them 10 (2 Pod GETs: before the create, and after it); now about 8: create run, 2 status
-#: writes, create Pod, 2 job-status patches, an Event, the history's delete.
-BOUND = 9
+#: with them 10 (2 Pod GETs: before the create, and after it); then about 8 (2 job-status
+#: patches, at the run's start and end); now about 7: create run, 2 status writes, create Pod,
+#: a job-status patch, an Event, the history's delete.
+BOUND = 8
+#: Job status writes per run at most: one refresh covers the start and end of a short run.
+JOB_STATUS_BOUND = 1.0
 #: Pod GETs per run at most. A first attempt whose run has no status yet has no Pod to look
 #: for, and a Pod watched from before its create is followed on the watch's events alone: none
 #: is needed, a few are allowed for the watch's restarts (the server ends a watch now and then).
@@ -69,6 +72,7 @@ def test_requests_per_run_of_a_steady_job(
         print(f"\nAPI requests per run, 3 replicas: {per_run:.2f} ({len(requests)} for {runs} runs)\n{table}")
     assert per_run <= BOUND, f"{per_run:.2f} requests per run:\n{table}"
     assert by_kind["get pods"] / runs <= POD_READS_BOUND, f"Pod reads per run:\n{table}"
+    assert by_kind["patch anarchonjobs/status"] / runs <= JOB_STATUS_BOUND, f"job status writes per run:\n{table}"
 
 
 def test_a_new_jobs_status_is_written_once_whatever_the_number_of_replicas(

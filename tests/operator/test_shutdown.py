@@ -55,3 +55,19 @@ def test_sigterm_hands_the_running_run_over_without_using_an_attempt(
     )[0]
     assert final["phase"] == "Succeeded", final
     assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1
+
+
+def test_a_stopping_replica_writes_the_job_status_it_still_owes(cluster: Cluster, replicas_factory, store: str) -> None:
+    """A run's start asks for a job status refresh that waits a few seconds for more changes.
+
+    A replica stopped meanwhile makes it before it exits: the only replica here, nobody else
+    would write the job's ACTIVE run until its next change.
+    """
+    replicas: Replicas = replicas_factory(store)
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("owed", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "30"}))
+    run = cluster.trigger_running("owed")
+    replicas.kill("replica-0", signal.SIGTERM)
+    assert replicas.procs["replica-0"].returncode == 0
+    active = (cluster.get("anarchonjob", "owed").get("status") or {}).get("active") or []
+    assert [a["name"] for a in active] == [run["metadata"]["name"]], active

@@ -137,7 +137,7 @@ class JobController:
             self.kube,
             self.events,
             lambda: self.specs[key],
-            on_change=self.status.refresh,
+            on_change=self.status.refresh_soon,
             pod_watch=self.pod_watch,
             wrote=None if self.run_cache is None else self.run_cache.wrote,
             on_launch=self._launched,

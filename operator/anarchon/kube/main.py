@@ -10,6 +10,7 @@ over (their Pods left running for a backup to adopt) before anything else stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,9 @@ from .podwatch import PodWatch
 from .runcache import RunCache
 
 log = logging.getLogger("anarchon.kube")
+
+#: How long a stopping replica spends on the job status writes it still owes, after the hand-over.
+FLUSH_S = 10.0
 
 
 @dataclass
@@ -90,7 +94,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     run_cache = RunCache(kube, cfg.namespaces)
     controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
     # Before any job is added: jobs come only from the job watch, which starts below.
-    listener.bind(controller.specs.get, controller.status.refresh)
+    listener.bind(controller.specs.get, controller.status.refresh_soon)
     health = None
     if cfg.health_port:
         health = HealthServer(
@@ -134,6 +138,8 @@ async def run_operator(cfg: OperatorConfig) -> None:
         await job_watch.stop()
         resync.cancel()
         await scheduler.stop(handover=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(controller.status.flush(), FLUSH_S)  # what the job's status still lacks
         await pod_watch.stop()
         await run_cache.stop()
         if health is not None:

@@ -9,6 +9,12 @@ History limits are enforced at every refresh (when a run starts or ends) and at 
 resync (:meth:`JobStatus.resync`, periodic), so a job that went quiet, or whose limits were
 lowered, still converges to its limits, as CronJob does at each sync.
 
+A run's start and end ask for a refresh (:meth:`JobStatus.refresh_soon`) that waits
+REFRESH_DELAY_S and then covers every change of the job meanwhile: a run shorter than that
+(most runs, on a busy cluster) costs one status write instead of two, and each write wakes the
+job watch of every replica. The job's ACTIVE column shows a run that long after it started. A
+stopping replica makes its waiting refreshes at once (:meth:`JobStatus.flush`).
+
 Two looks cost a store query each and are made less often than that, per job and replica:
 the look for runs that have no object (at most every two resync periods, and a minute;
 its look-back spans more than the time between two looks, so no stretch of records goes
@@ -20,6 +26,8 @@ were 200 store queries a second with nothing due.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -37,6 +45,8 @@ log = logging.getLogger("anarchon.kube.status")
 
 #: How often a job's newest store records are looked over for runs without an object, at most.
 MEND_MISSING_EVERY_MS = 60_000
+#: How long a refresh asked for by a run's start or end waits for more changes of the job.
+REFRESH_DELAY_S = 3.0
 
 
 def _condition(ctype: str, status: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
@@ -68,6 +78,7 @@ class JobStatus:
         run_cache: RunCache | None = None,
         *,
         resync_s: float = 30.0,
+        refresh_delay_s: float = REFRESH_DELAY_S,
     ) -> None:
         self.kube = kube
         self.scheduler = scheduler
@@ -81,11 +92,43 @@ class JobStatus:
         #: When each job's store records were last looked over, and pruned (clock ms, by engine key).
         self._looked: dict[str, int] = {}
         self._pruned: dict[str, int] = {}
+        self.refresh_delay_s = refresh_delay_s
+        #: The jobs whose refresh waits (by engine key), with their newest spec, and the waits.
+        self._soon: dict[str, JobSpec] = {}
+        self._waits: dict[str, asyncio.Task[None]] = {}
+        self._now = asyncio.Event()  # set: the waits end now (a replica stopping)
 
     def forget(self, key: str) -> None:
         """The job is gone."""
         self._looked.pop(key, None)
         self._pruned.pop(key, None)
+        self._soon.pop(key, None)
+
+    async def refresh_soon(self, spec: JobSpec) -> None:
+        """Refresh the job's status in REFRESH_DELAY_S, once for all its changes until then."""
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        self._soon[key] = spec
+        if key not in self._waits:
+            self._waits[key] = asyncio.create_task(self._later(key), name=f"anarchon-status:{spec.engine_name}")
+
+    async def _later(self, key: str) -> None:
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self.refresh_delay_s)
+        finally:
+            self._waits.pop(key, None)  # a change from here on asks for a refresh of its own
+        spec = self._soon.pop(key, None)
+        if spec is None:
+            return  # the job is gone
+        try:
+            await self.refresh(spec)
+        except Exception as exc:
+            log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
+
+    async def flush(self) -> None:
+        """Make the waiting refreshes now: a stopping replica's would otherwise wait for the job's next run."""
+        self._now.set()
+        await asyncio.gather(*self._waits.values(), return_exceptions=True)
 
     def _due(self, last: dict[str, int], spec: JobSpec, every_ms: int) -> bool:
         key = engine_key(spec.namespace, spec.name, spec.uid)
