@@ -48,7 +48,9 @@ class JobWatch(ScopedWatch):
     ) -> None:
         super().__init__(kube, namespaces, server_timeout_s=server_timeout_s)
         self.handle = handle
-        #: The jobs this replica knows (by uid): their last body, to say which ones a listing lacks.
+        #: The jobs this replica knows (by uid), to say which ones a listing lacks: only what
+        #: names each (a deletion is handed over with it). Whole bodies, with their managed
+        #: fields and last-applied annotation, were 65 MB at 10,000 jobs.
         self._known: dict[str, dict[str, Any]] = {}
         #: Per job (uid), the newest change not handed over yet.
         self._pending: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -101,8 +103,9 @@ class JobWatch(ScopedWatch):
             return
         if kind == "DELETED":
             self._known.pop(uid, None)
-        else:
-            self._known[uid] = obj
+        elif uid not in self._known:
+            meta = obj.get("metadata") or {}
+            self._known[uid] = {"metadata": {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": uid}}
         self._pending[uid] = (kind, obj)
         if uid not in self._workers:
             self._workers[uid] = asyncio.create_task(self._work(uid), name=f"anarchon-job:{uid}")
