@@ -236,53 +236,60 @@ def cronjob_side(cp: ControlPlane, n: int, minutes: int, grace_s: float) -> Side
     return side
 
 
+def start_store(store: str, log_dir: Path, n: int) -> tuple[Any, str]:
+    """A fresh store for one side: (its server to stop, or None for SQLite; its URL)."""
+    if store == "redis":
+        from tests.servers.redis import RedisServer
+
+        server: Any = RedisServer().start()
+        return server, str(server.url)
+    if store == "postgres":
+        from tests.servers.postgres import PostgresServer
+
+        server = PostgresServer().start()
+        return server, str(server.url)
+    return None, f"sqlite://{log_dir / f'store-{n}.db'}"
+
+
+def create_jobs(cp: ControlPlane, ns: str, n: int, cron: str) -> float:
+    """N AnarchonJobs on ``cron``; the seconds until every job's status showed its schedule
+    (the replicas had taken each up)."""
+    items = [
+        {
+            "apiVersion": "anarchon.io/v1alpha1",
+            "kind": "AnarchonJob",
+            "metadata": {"name": f"a{i}", "namespace": ns},
+            "spec": {
+                "cron": cron,
+                "jitter": "0s",
+                "successfulRunsHistoryLimit": 10,
+                "template": {
+                    "metadata": {"annotations": {"anarchon.test/run-seconds": "1"}},
+                    "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
+                },
+            },
+        }
+        for i in range(n)
+    ]
+    t0 = time.time()
+    apply_list(cp, items)
+    while True:  # every job scheduled by the replicas (its status says so)
+        jobs = json.loads(kubectl(cp, "get", "anarchonjobs", "-n", ns, "-o", "json"))["items"]
+        if sum(1 for j in jobs if (j.get("status") or {}).get("schedule")) >= n or time.time() - t0 > 1800:
+            return time.time() - t0
+        time.sleep(2.0 if n <= 1000 else 10.0)  # a listing of 10,000 jobs is 30 MB
+
+
 def anarchon_side(cp: ControlPlane, n: int, minutes: int, grace_s: float, store: str, log_dir: Path) -> Side:
     side = Side(f"Anarchon ({store})")
     ns = f"anarchon-{n}"
     kubectl(cp, "create", "namespace", ns)
-    server: Any
-    if store == "redis":
-        from tests.servers.redis import RedisServer
-
-        server = RedisServer().start()
-        url = server.url
-    elif store == "postgres":
-        from tests.servers.postgres import PostgresServer
-
-        server = PostgresServer().start()
-        url = server.url
-    else:
-        server = None
-        url = f"sqlite://{log_dir / f'store-{n}.db'}"
+    server, url = start_store(store, log_dir, n)
     replicas = Replicas(cp, ns, url, log_dir)
     try:
         for i in range(3):
             replicas.start(f"replica-{n}-{i}")
-        items = [
-            {
-                "apiVersion": "anarchon.io/v1alpha1",
-                "kind": "AnarchonJob",
-                "metadata": {"name": f"a{i}", "namespace": ns},
-                "spec": {
-                    "cron": "* * * * *",
-                    "jitter": "0s",
-                    "successfulRunsHistoryLimit": 10,
-                    "template": {
-                        "metadata": {"annotations": {"anarchon.test/run-seconds": "1"}},
-                        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
-                    },
-                },
-            }
-            for i in range(n)
-        ]
-        t0 = time.time()
-        apply_list(cp, items)
-        while True:  # every job scheduled by the replicas (its status says so)
-            jobs = json.loads(kubectl(cp, "get", "anarchonjobs", "-n", ns, "-o", "json"))["items"]
-            if sum(1 for j in jobs if (j.get("status") or {}).get("schedule")) >= n or time.time() - t0 > 600:
-                break
-            time.sleep(2)
-        side.setup_s = time.time() - t0
+        side.setup_s = create_jobs(cp, ns, n, "* * * * *")
         pids = [p.pid for p in replicas.procs.values()]
         start, end, side.cpu_s = wait_window(minutes, pids)
         side.rss_mb = max(peak_rss_mb(p) for p in pids)
@@ -312,6 +319,79 @@ def anarchon_side(cp: ControlPlane, n: int, minutes: int, grace_s: float, store:
     return side
 
 
+def current_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def store_operations(store: str, url: str) -> int | None:
+    """Operations the store served so far: Redis commands, PostgreSQL transactions; None for SQLite."""
+    if store == "redis":
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            return int(client.info("stats")["total_commands_processed"])
+        finally:
+            client.close()
+    if store == "postgres":
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database").fetchone()
+            return int(row[0]) if row else None
+    return None
+
+
+def idle_run(cp: ControlPlane, n: int, seconds: int, store: str, log_dir: Path) -> None:
+    """N AnarchonJobs with nothing due (``0 0 1 1 *``), 3 replicas: what each costs while they wait.
+
+    Measured over ``seconds`` after the jobs were taken up and a settling minute (two resync
+    periods: the periodic passes over every job are part of the idle cost): CPU per replica,
+    its resident memory now and at its peak, store operations and API requests per second.
+    """
+    ns = f"idle-{n}"
+    kubectl(cp, "create", "namespace", ns)
+    server, url = start_store(store, log_dir, n)
+    replicas = Replicas(cp, ns, url, log_dir)
+    try:
+        for i in range(3):
+            replicas.start(f"idle-{n}-{i}")
+        setup_s = create_jobs(cp, ns, n, "0 0 1 1 *")
+        time.sleep(60)
+        pids = [p.pid for p in replicas.procs.values()]
+        cpu0, ops0, start = [cpu_seconds(p) for p in pids], store_operations(store, url), time.time()
+        time.sleep(seconds)
+        cpu1, ops1, end = [cpu_seconds(p) for p in pids], store_operations(store, url), time.time()
+        rss = [current_rss_mb(p) for p in pids]
+        peak = [peak_rss_mb(p) for p in pids]
+
+        def replica(event: dict[str, Any]) -> bool:
+            return event["user"]["username"] == "admin" and not str(event.get("userAgent")).startswith("kubectl")
+
+        requests = sum(audit_requests(cp, start, end, replica).values())
+        kubectl(cp, "delete", "namespace", ns, "--wait=false")
+    finally:
+        replicas.stop_all()
+        if server is not None:
+            server.stop()
+    span = end - start
+    cpu = [100 * (b - a) / span for a, b in zip(cpu0, cpu1, strict=True)]
+    ops = "n/a" if ops0 is None or ops1 is None else f"{(ops1 - ops0) / span / 3:.1f}"
+    print(f"\nN = {n} jobs idle ({store}), 3 replicas, {span:.0f} s after a settling minute", end="")
+    print(f"; jobs taken up in {setup_s:.0f} s")
+    print(f"{'replica':<10} {'CPU %':>6} {'RSS MB':>7} {'peak MB':>8}")
+    for i, (c, r, p) in enumerate(zip(cpu, rss, peak, strict=True)):
+        print(f"{i:<10} {c:>6.2f} {r:>7.0f} {p:>8.0f}")
+    print(
+        f"per replica: store operations/s {ops} (target <= 10), API requests/s {requests / span / 3:.2f};"
+        f" CPU % of a core max {max(cpu):.2f} (target <= 5), RSS MB max {max(rss):.0f} (target <= 150)"
+    )
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", default="100,1000", help="numbers of jobs, comma-separated")
@@ -319,10 +399,15 @@ def main() -> None:
     parser.add_argument("--grace", type=float, default=30.0, help="seconds after the window for late Pods")
     parser.add_argument("--store", default="redis", choices=("redis", "postgres", "sqlite"))
     parser.add_argument("--verbose", action="store_true", help="requests per run by verb and resource")
+    parser.add_argument("--idle", type=int, help="instead: N jobs with nothing due, their idle cost (e.g. 10000)")
+    parser.add_argument("--idle-seconds", type=int, default=60, help="seconds the idle cost is measured over")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="anarchon-bench-scale-") as tmp, ControlPlane(audit=True) as cp:
         kubectl(cp, "apply", "-f", str(ROOT / "crds"))
         wait_established(cp, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
+        if args.idle:
+            idle_run(cp, args.idle, args.idle_seconds, args.store, Path(tmp))
+            return
         results = []
         for n in (int(x) for x in args.jobs.split(",")):
             print(f"N = {n}: CronJob ...", file=sys.stderr)
