@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 #: a job-status patch, an Event, the history's delete.
 BOUND = 8
 #: Job status writes per run at most: one refresh covers the start and end of a short run.
-JOB_STATUS_BOUND = 1.0
+JOB_STATUS_BOUND = 1.2
 #: Pod GETs per run at most. A first attempt whose run has no status yet has no Pod to look
 #: for, and a Pod watched from before its create is followed on the watch's events alone: none
 #: is needed, a few are allowed for the watch's restarts (the server ends a watch now and then).

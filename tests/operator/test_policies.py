@@ -178,7 +178,7 @@ def test_history_limits_delete_old_runs_and_pods(cluster: Cluster, replicas_fact
     cluster.wait(lambda: cluster.phases("short")["Succeeded"] >= 2, timeout=60, what="runs")
     time.sleep(8)  # about 8 runs more: without the limits, 10 Succeeded
     # The limit, plus one finishing right now; the status refresh that enforces it gathers a
-    # job's changes for a few seconds (status.REFRESH_DELAY_S), so up to three more meanwhile.
+    # job's changes for a second after a run ended (status.REFRESH_AFTER_END_S).
     cluster.wait(lambda: cluster.phases("short")["Succeeded"] <= 3, timeout=30, what="the history at its limit")
     job = cluster.get("anarchonjob", "short")
     assert job["status"]["lastSuccessfulTime"]

@@ -99,7 +99,7 @@ class PodRunner:
         events: EventPoster,
         spec: Callable[[], JobSpec],
         *,
-        on_change: Callable[[JobSpec], Awaitable[None]] | None = None,
+        on_change: Callable[[JobSpec, bool], Awaitable[None]] | None = None,
         pod_watch: PodWatch | None = None,
         on_launch: Callable[[RunContext], None] | None = None,
         wrote: Callable[[dict[str, Any]], None] | None = None,
@@ -159,21 +159,21 @@ class PodRunner:
                 view, launched = await self._adopt_or_launch(
                     ctx, spec, name, run_uid, try_number, existing, next_try_at
                 )
-                await self._changed(spec)
+                await self._changed(spec, ended=False)
                 try:
                     failed = await self._follow(ctx, spec, name, view, try_number, since if launched else None)
                 finally:
                     with contextlib.suppress(Exception):
-                        await self._changed(spec)
+                        await self._changed(spec, ended=True)
             if failed is None:
                 return
             next_try_at = await self._try_failed(ctx, spec, name, try_number, failed)
             try_number, existing = try_number + 1, []
 
-    async def _changed(self, spec: JobSpec) -> None:
+    async def _changed(self, spec: JobSpec, *, ended: bool) -> None:
         if self.on_change is not None:
             try:
-                await self.on_change(spec)
+                await self.on_change(spec, ended)
             except Exception as exc:
                 log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
 

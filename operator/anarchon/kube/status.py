@@ -9,11 +9,13 @@ History limits are enforced at every refresh (when a run starts or ends) and at 
 resync (:meth:`JobStatus.resync`, periodic), so a job that went quiet, or whose limits were
 lowered, still converges to its limits, as CronJob does at each sync.
 
-A run's start and end ask for a refresh (:meth:`JobStatus.refresh_soon`) that waits
-REFRESH_DELAY_S and then covers every change of the job meanwhile: a run shorter than that
-(most runs, on a busy cluster) costs one status write instead of two, and each write wakes the
-job watch of every replica. The job's ACTIVE column shows a run that long after it started. A
-stopping replica makes its waiting refreshes at once (:meth:`JobStatus.flush`).
+A run's start and end ask for a refresh (:meth:`JobStatus.refresh_soon`), which covers every
+change of the job until it is made: a start's within REFRESH_AFTER_START_S, an end's within
+REFRESH_AFTER_END_S (sooner, if a start's is waiting). So a run shorter than the first (most
+runs, on a busy cluster) costs one status write instead of two, each of which wakes the job
+watch of every replica; the job's ACTIVE column shows a run up to that long after it started,
+and its end within a second. A stopping replica makes its waiting refreshes at once
+(:meth:`JobStatus.flush`).
 
 Two looks cost a store query each and are made less often than that, per job and replica:
 the look for runs that have no object (at most every two resync periods, and a minute;
@@ -30,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,8 +48,19 @@ log = logging.getLogger("anarchon.kube.status")
 
 #: How often a job's newest store records are looked over for runs without an object, at most.
 MEND_MISSING_EVERY_MS = 60_000
-#: How long a refresh asked for by a run's start or end waits for more changes of the job.
-REFRESH_DELAY_S = 3.0
+#: How long a refresh asked for by a run's start may wait for more changes of the job (its end).
+REFRESH_AFTER_START_S = 10.0
+#: ... and one asked for by a run's end (or anything else).
+REFRESH_AFTER_END_S = 1.0
+
+
+@dataclass
+class _Wait:
+    """A job's refresh waiting until ``due`` (event-loop time); ``moved`` wakes it to look again."""
+
+    due: float
+    moved: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
 
 
 def _condition(ctype: str, status: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
@@ -78,7 +92,6 @@ class JobStatus:
         run_cache: RunCache | None = None,
         *,
         resync_s: float = 30.0,
-        refresh_delay_s: float = REFRESH_DELAY_S,
     ) -> None:
         self.kube = kube
         self.scheduler = scheduler
@@ -92,11 +105,10 @@ class JobStatus:
         #: When each job's store records were last looked over, and pruned (clock ms, by engine key).
         self._looked: dict[str, int] = {}
         self._pruned: dict[str, int] = {}
-        self.refresh_delay_s = refresh_delay_s
         #: The jobs whose refresh waits (by engine key), with their newest spec, and the waits.
         self._soon: dict[str, JobSpec] = {}
-        self._waits: dict[str, asyncio.Task[None]] = {}
-        self._now = asyncio.Event()  # set: the waits end now (a replica stopping)
+        self._waits: dict[str, _Wait] = {}
+        self._flushing = False  # a replica stopping: the waits end now
 
     def forget(self, key: str) -> None:
         """The job is gone."""
@@ -104,17 +116,27 @@ class JobStatus:
         self._pruned.pop(key, None)
         self._soon.pop(key, None)
 
-    async def refresh_soon(self, spec: JobSpec) -> None:
-        """Refresh the job's status in REFRESH_DELAY_S, once for all its changes until then."""
+    async def refresh_soon(self, spec: JobSpec, ended: bool = True) -> None:
+        """Refresh the job's status soon, once for all its changes until then: within
+        REFRESH_AFTER_END_S, or (a run started: ``ended=False``) REFRESH_AFTER_START_S."""
         key = engine_key(spec.namespace, spec.name, spec.uid)
         self._soon[key] = spec
-        if key not in self._waits:
-            self._waits[key] = asyncio.create_task(self._later(key), name=f"anarchon-status:{spec.engine_name}")
+        due = asyncio.get_running_loop().time() + (REFRESH_AFTER_END_S if ended else REFRESH_AFTER_START_S)
+        wait = self._waits.get(key)
+        if wait is None:
+            wait = self._waits[key] = _Wait(due)
+            wait.task = asyncio.create_task(self._later(key, wait), name=f"anarchon-status:{spec.engine_name}")
+        elif due < wait.due:
+            wait.due = due
+            wait.moved.set()
 
-    async def _later(self, key: str) -> None:
+    async def _later(self, key: str, wait: _Wait) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._now.wait(), self.refresh_delay_s)
+            while (left := wait.due - loop.time()) > 0 and not self._flushing:
+                wait.moved.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wait.moved.wait(), left)
         finally:
             self._waits.pop(key, None)  # a change from here on asks for a refresh of its own
         spec = self._soon.pop(key, None)
@@ -127,8 +149,11 @@ class JobStatus:
 
     async def flush(self) -> None:
         """Make the waiting refreshes now: a stopping replica's would otherwise wait for the job's next run."""
-        self._now.set()
-        await asyncio.gather(*self._waits.values(), return_exceptions=True)
+        self._flushing = True
+        waits = list(self._waits.values())
+        for wait in waits:
+            wait.moved.set()
+        await asyncio.gather(*(w.task for w in waits if w.task is not None), return_exceptions=True)
 
     def _due(self, last: dict[str, int], spec: JobSpec, every_ms: int) -> bool:
         key = engine_key(spec.namespace, spec.name, spec.uid)
