@@ -288,6 +288,30 @@ async def test_prune_past_everything_keeps_active_runs_and_the_newest(
     assert await lease_backend.prune(job_name, before_slot=10**15) == 0
 
 
+async def test_jobs_not_noted_served_for_a_while_are_forgotten_and_the_rest_kept(
+    lease_backend: LeaseBackend, job_name: str
+) -> None:
+    """A job deleted while no instance watched is found by its notes of service getting old:
+    its runs and fingerprint go; a job noted since, or never noted, stays."""
+    old, fresh, never = f"{job_name}-old", f"{job_name}-fresh", f"{job_name}-never"
+    for job in (old, fresh, never):
+        await lease_backend.claim(req(job, 10, token=f"{job}10"))
+        await lease_backend.finish(job, 10, f"{job}10", NOW, RunState.SUCCEEDED)
+        await lease_backend.claim(req(job, 20, token=f"{job}20"))  # one still active, lease long gone
+        await lease_backend.schedule_since(job, "every:10000", NOW)
+    await lease_backend.note_served([old, fresh], NOW)
+    await lease_backend.note_served([fresh], NOW + 5_000)
+    await lease_backend.note_served([old], NOW - 1)  # a late note never makes a job older
+    assert await lease_backend.forget_unserved(NOW + 1_000) == [old]
+    assert await lease_backend.history(old) == [] and await lease_backend.active_runs(old) == []
+    assert await lease_backend.schedule_since(old, "every:10000", NOW + 99) == NOW + 99, "fingerprint gone"
+    for kept in (fresh, never):
+        assert [r.slot for r in await lease_backend.history(kept)] == [20, 10]
+    assert await lease_backend.forget_unserved(NOW + 1_000) == [], "forgotten once"
+    assert await lease_backend.forget_unserved(NOW + 6_000) == [fresh]
+    await lease_backend.forget_job(never)
+
+
 async def test_forget_job_deletes_everything_of_that_job_only(
     make_backend: Callable[[], LeaseBackend], job_name: str
 ) -> None:

@@ -119,3 +119,9 @@ class FaultyStore(LeaseBackend):
 
     async def forget_job(self, job: str) -> None:
         await self.inner.forget_job(job)
+
+    async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
+        await self.inner.note_served(jobs, now_ms)
+
+    async def forget_unserved(self, before_ms: int) -> list[str]:
+        return await self.inner.forget_unserved(before_ms)

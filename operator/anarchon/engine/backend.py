@@ -211,6 +211,21 @@ class LeaseBackend(Backend):
         when several instances forget the same job at once.
         """
 
+    @abstractmethod
+    async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
+        """Note that ``jobs`` are served (an instance runs them) as of ``now_ms``: one call for all.
+
+        What tells a job deleted while no instance watched from a job served elsewhere
+        (another cluster or namespace sharing the store): see :meth:`forget_unserved`.
+        """
+
+    @abstractmethod
+    async def forget_unserved(self, before_ms: int) -> list[str]:
+        """:meth:`forget_job` every job last noted served before ``before_ms``; their names.
+
+        A job never noted is left alone. An instance notes its jobs before it forgets.
+        """
+
 
 def claim_only_win(request: ClaimRequest) -> ClaimResult:
     """The winner's answer from a claim-only store: a run built from the request, no lease."""

@@ -126,6 +126,12 @@ class ObservedLeaseBackend(ObservedBackend, LeaseBackend):
     async def forget_job(self, job: str) -> None:
         await self._timed("forget_job", lambda: self.inner.forget_job(job))
 
+    async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
+        await self._timed("note_served", lambda: self.inner.note_served(jobs, now_ms))
+
+    async def forget_unserved(self, before_ms: int) -> list[str]:
+        return await self._timed("forget_unserved", lambda: self.inner.forget_unserved(before_ms))
+
 
 def observed(backend: Backend, observer: StoreObserver) -> Backend:
     """``backend`` behind a stopwatch; a lease store stays a :class:`LeaseBackend`.

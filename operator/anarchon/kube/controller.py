@@ -24,6 +24,7 @@ from .metrics import Metrics, job_times
 from .podwatch import PodWatch
 from .runcache import RunCache
 from .runner import PodRunner
+from .served import ServedJobs
 from .spec import JobSpec, SpecError, engine_key, parse_job
 from .status import JobStatus
 from .triggers import Triggers
@@ -53,6 +54,7 @@ class JobController:
         self.specs: dict[str, JobSpec] = {}
         self.status = JobStatus(kube, scheduler, events, run_cache, resync_s=resync_s)
         self.triggers = Triggers(kube, scheduler, events)
+        self.served = ServedJobs(scheduler.backend, scheduler.clock)
         #: Per job (engine key), what of its body the last complete handling went by: its
         #: generation (the spec's version) and its trigger annotations (see :meth:`apply`).
         self._handled: dict[str, tuple[int, object, object]] = {}
@@ -118,10 +120,15 @@ class JobController:
         """Every ``resync_s`` (± half, so that replicas spread out), a pass over every valid job.
 
         What no event asks for: history limits of jobs that went quiet, or whose limits were
-        lowered, and the store's records past their use (:meth:`.JobStatus.resync`).
+        lowered, and the store's records past their use (:meth:`.JobStatus.resync`), and the
+        store data of jobs deleted while no replica watched (:mod:`.served`).
         """
         while True:
             await asyncio.sleep(self.resync_s * random.uniform(0.5, 1.5))
+            try:
+                await self.served.tick(list(self.specs))
+            except Exception as exc:
+                log.warning("noting the jobs served failed: %s", exc)
             for key, spec in list(self.specs.items()):
                 if self.specs.get(key) is not spec:
                     continue  # removed or changed while we were at an earlier job

@@ -112,6 +112,11 @@ CREATE TABLE IF NOT EXISTS {schedules} (
     fingerprint text NOT NULL,
     since bigint NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {served} (
+    job text PRIMARY KEY,
+    at bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {served_index} ON {served} (at);
 
 -- transitions._close_attempt: end the last attempt if it is still open.
 CREATE OR REPLACE FUNCTION {close_fn}(p_attempts jsonb, p_now bigint, p_outcome text, p_error text)
@@ -326,11 +331,14 @@ class PostgresBackend(LeaseBackend):
         self.table = table
         schedules = table.removesuffix("_runs") + "_schedules" if table.endswith("_runs") else f"{table}_schedules"
         self.schedules_table = schedules
+        served = table.removesuffix("_runs") + "_served" if table.endswith("_runs") else f"{table}_served"
 
         ident = sql.Identifier
         names = {
             "runs": ident(table),
             "schedules": ident(schedules),
+            "served": ident(served),
+            "served_index": ident(f"{served}_at"),
             "active_index": ident(f"{table}_active"),
             "lease_index": ident(f"{table}_lease"),
             # Versioned, so that during a rolling upgrade old and new instances can call
@@ -352,7 +360,7 @@ class PostgresBackend(LeaseBackend):
         self._q_schema = sql.SQL(_SCHEMA).format(**names, **pieces).as_bytes(None)
         # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
         # like every query here).
-        relations = ("runs", "schedules", "active_index", "lease_index")
+        relations = ("runs", "schedules", "active_index", "lease_index", "served", "served_index")
         functions = ("close_fn", "claim_fn", "claim_many_fn", "takeover_fn")
         self._schema_objects = tuple(names[key].as_string(None) for key in (*relations, *functions))
         self._q_schema_exists = (
@@ -400,8 +408,21 @@ class PostgresBackend(LeaseBackend):
             "DELETE FROM {runs} WHERE job = %s AND slot < %s AND state NOT IN ('Claimed', 'Running')"
             " AND slot < (SELECT max(slot) FROM {runs} WHERE job = %s)"
         )
-        # One statement, so the runs and the fingerprint go together.
-        self._q_forget = q("WITH gone AS (DELETE FROM {runs} WHERE job = %s) DELETE FROM {schedules} WHERE job = %s")
+        # One statement, so the runs, the fingerprint and the note of service go together.
+        self._q_forget = q(
+            "WITH gone AS (DELETE FROM {runs} WHERE job = %s), fp AS (DELETE FROM {schedules} WHERE job = %s)"
+            " DELETE FROM {served} WHERE job = %s"
+        )
+        self._q_note_served = q(
+            "INSERT INTO {served} (job, at) SELECT unnest(%s::text[]), %s"
+            " ON CONFLICT (job) DO UPDATE SET at = greatest({served}.at, EXCLUDED.at)"
+        )
+        self._q_forget_unserved = q(
+            "WITH gone AS (DELETE FROM {served} WHERE at < %s RETURNING job),"
+            " r AS (DELETE FROM {runs} WHERE job IN (SELECT job FROM gone)),"
+            " s AS (DELETE FROM {schedules} WHERE job IN (SELECT job FROM gone))"
+            " SELECT job FROM gone"
+        )
         # Replace the fingerprint only when it changed; the WHERE is re-checked after a
         # concurrent upsert of the same job, so racing instances agree on one ``since``.
         self._q_schedule_upsert = q(
@@ -666,4 +687,10 @@ class PostgresBackend(LeaseBackend):
         return await self._rowcount(self._q_prune, (job, before_slot, job))
 
     async def forget_job(self, job: str) -> None:
-        await self._rowcount(self._q_forget, (job, job))
+        await self._rowcount(self._q_forget, (job, job, job))
+
+    async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
+        await self._rowcount(self._q_note_served, (list(jobs), now_ms))
+
+    async def forget_unserved(self, before_ms: int) -> list[str]:
+        return [str(row[0]) for row in await self._rows(self._q_forget_unserved, (before_ms,))]

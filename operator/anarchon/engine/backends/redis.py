@@ -25,6 +25,7 @@ percent-encoded so that it is always exactly the hash tag)::
     P:{J}:expiring     zset   only with retention_ms: slots of final runs, score = when
                               their hash expires (so claims can trim the runs index)
     P:leases           zset   the keys of every job's active runs, score = lease_until
+    P:served           zset   every job an instance noted it serves, score = when last noted
 
 Scripts compute the keys of other runs of the same job from the ``P:{J}:run:`` base they are
 given. ``P:leases`` is what makes the backups' sweep one query for all jobs (see
@@ -632,6 +633,10 @@ class RedisBackend(LeaseBackend):
     def schedule_key(self, job: str) -> str:
         return f"{self.job_prefix(job)}schedule"
 
+    def served_key(self) -> str:
+        """``P:served``: when each job was last noted served (see :meth:`forget_unserved`)."""
+        return f"{self.prefix}:served"
+
     def leases_key(self) -> str:
         """``P:leases``: every job's active runs by when their lease ends (the backups' sweep)."""
         return f"{self.prefix}:leases"
@@ -926,4 +931,16 @@ class RedisBackend(LeaseBackend):
                 lambda: self._forget(keys=keys, args=[f"{self.job_prefix(job)}run:", str(_PRUNE_BATCH)])
             )
             if int(left) == 0:
-                return
+                break
+        await self._call(lambda: self._client.zrem(self.served_key(), job))
+
+    async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
+        if jobs:
+            await self._call(lambda: self._client.zadd(self.served_key(), dict.fromkeys(jobs, now_ms), gt=True))
+
+    async def forget_unserved(self, before_ms: int) -> list[str]:
+        stale = await self._call(lambda: self._client.zrangebyscore(self.served_key(), "-inf", f"({before_ms}"))
+        gone = [_text(job) for job in stale]
+        for job in gone:
+            await self.forget_job(job)
+        return gone

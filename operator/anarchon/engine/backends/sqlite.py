@@ -47,10 +47,22 @@ CREATE TABLE IF NOT EXISTS anarchon_schedules (
     fingerprint TEXT NOT NULL,
     since INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS anarchon_served (
+    job TEXT PRIMARY KEY,
+    at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS anarchon_served_at ON anarchon_served (at);
 """
 
 _COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
 _ACTIVE = (str(RunState.CLAIMED), str(RunState.RUNNING))
+
+
+def _forget(conn: sqlite3.Connection, job: str) -> None:
+    """Everything the store keeps for ``job`` (inside the caller's transaction)."""
+    conn.execute("DELETE FROM anarchon_runs WHERE job=?", (job,))
+    conn.execute("DELETE FROM anarchon_schedules WHERE job=?", (job,))
+    conn.execute("DELETE FROM anarchon_served WHERE job=?", (job,))
 
 
 def _row_to_run(row: tuple[object, ...]) -> Run:
@@ -342,7 +354,25 @@ class SqliteBackend(LeaseBackend):
 
     async def forget_job(self, job: str) -> None:
         def work(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM anarchon_runs WHERE job=?", (job,))
-            conn.execute("DELETE FROM anarchon_schedules WHERE job=?", (job,))
+            _forget(conn, job)
 
         await self._call(self._tx(work))
+
+    async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO anarchon_served (job, at) VALUES (?, ?)"
+                " ON CONFLICT (job) DO UPDATE SET at = MAX(at, excluded.at)",
+                [(job, now_ms) for job in jobs],
+            )
+
+        await self._call(self._tx(work))
+
+    async def forget_unserved(self, before_ms: int) -> list[str]:
+        def work(conn: sqlite3.Connection) -> list[str]:
+            gone = [str(row[0]) for row in conn.execute("SELECT job FROM anarchon_served WHERE at < ?", (before_ms,))]
+            for job in gone:
+                _forget(conn, job)
+            return gone
+
+        return await self._call(self._tx(work))
