@@ -17,8 +17,8 @@ def test_backfill_runs_each_slot_once(cluster: Cluster, replicas_factory, cli: C
         replicas.start(name)
     # Suspended: no scheduled run adds to the range's; triggers still run.
     # Ten runs kept: the default three would delete the first of the four once the last ended.
-    annotations = {"anarchon.test/run-seconds": "1"}
-    cluster.apply(job_manifest("late", every="10s", suspend=True, annotations=annotations, successfulRunsHistoryLimit=10))
+    run_1s = {"anarchon.test/run-seconds": "1"}
+    cluster.apply(job_manifest("late", every="10s", suspend=True, annotations=run_1s, successfulRunsHistoryLimit=10))
     last = (time.time_ns() // 1_000_000 - 5_000) // 10_000 * 10_000
     slots = [last - 30_000, last - 20_000, last - 10_000, last]
     span = ("--from", slot_time(slots[0] - 5_000), "--to", slot_time(last))
