@@ -395,3 +395,43 @@ async def test_the_store_looks_of_a_pass_are_made_once_per_period_not_at_every_p
     status.forget(engine_key(spec.namespace, spec.name, spec.uid))  # the job is gone, and back
     await asyncio.wait_for(status.resync(spec), 60)
     assert calls == {"history": 2, "prune": 2}, calls
+
+
+def test_a_skip_whose_reporter_is_held_up_is_written_by_another_replica(
+    cluster: Cluster, control_plane: Any, replicas_factory: Any, tmp_path: Path
+) -> None:
+    """The replica whose claim recorded a slot Skipped writes its run; here its create is held
+    up 30 s (as good as dead: the soak SIGKILLed one 0.4 s after a skip, and that slot never got
+    a run, mending then leaving it to the history limits). The other replica, which heard of the
+    skip from its own claim, writes the run within seconds.
+    """
+    with ApiFaultProxy(control_plane) as proxy:
+        replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+        for i in range(2):
+            # No periodic pass within the test: mending, which looks at most once a minute and
+            # leaves a skip older than the history keeps alone, is not what writes the run here.
+            replicas.start(f"replica-{i}", "--kubeconfig", str(proxy.kubeconfig), "--resync", "10m")
+        long_runs = {"anarchon.test/run-seconds": "60"}
+        keep = {"successfulRunsHistoryLimit": 100}  # every Skipped run stays
+        cluster.apply(job_manifest("skipper", every="2s", overlap="Skip", annotations=long_runs, **keep))
+        cluster.wait(lambda: cluster.phases("skipper")["Running"] == 1, timeout=60, what="the long run")
+        # The job's status shows it once its runner refreshed it, and mended: the next look for
+        # runs without an object is a minute away.
+        cluster.wait(
+            lambda: (cluster.get("anarchonjob", "skipper").get("status") or {}).get("activeCount") == 1,
+            timeout=30,
+            what="the job's status refreshed",
+        )
+        held = proxy.add(Fault("latency", seconds=30, verb="create", resource="anarchonruns", times=1))
+        cluster.wait(lambda: held.fired, timeout=30, what="a skipped slot's run create, held up")
+        held_at = time.monotonic()
+
+        def gaps() -> list[int]:
+            """Slots of the every-2s job without a run, between its first and its newest run."""
+            slots = sorted(int(r["spec"]["slot"]) for r in cluster.runs("skipper"))
+            return [s for s in range(slots[0], slots[-1], 2_000) if s not in slots]
+
+        cluster.wait(lambda: not gaps() and time.monotonic() - held_at > 8, timeout=20, what="no slot without a run")
+        assert time.monotonic() - held_at < 25, "written before the held-up create went through"
+        phases = cluster.phases("skipper")
+        assert phases["Running"] == 1 and phases["Skipped"] >= 4, phases

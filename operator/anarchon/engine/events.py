@@ -26,6 +26,10 @@ class EngineListener:
         """The slot (due for ``cause``) was not run: the overlap policy said Skip."""
         log.info("skipped %s@%s: %s", job, slot, reason)
 
+    def skipped_elsewhere(self, job: str, slot: int, run: Run) -> None:
+        """Another instance's claim recorded the slot Skipped (``run``); it reports it, not this one."""
+        log.debug("%s@%s skipped by %s", job, slot, run.instance)
+
     def missed(self, job: str, slot: int, reason: str) -> None:
         log.warning("missed %s@%s: %s", job, slot, reason)
 

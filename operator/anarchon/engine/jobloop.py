@@ -346,6 +346,8 @@ class JobLoop:
         if result.outcome is ClaimOutcome.SKIPPED:
             reason = (result.run.error if result.run else None) or "overlap"
             self.listener.skipped(self._job.name, slot, reason, cause)
+        elif result.outcome is ClaimOutcome.TAKEN and result.run is not None and result.run.state is RunState.SKIPPED:
+            self.listener.skipped_elsewhere(self._job.name, slot, result.run)
         for old in result.replaced:
             self.listener.replaced(self._job.name, old.slot, slot)
 

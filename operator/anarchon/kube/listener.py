@@ -2,6 +2,12 @@
 
 The engine calls its listener's hooks synchronously from its job loops: a hook must not
 block, so every API write it causes runs as a background task whose failure is logged.
+
+A Skipped slot is recorded once, in the store, by the claim of one replica, which then
+writes its AnarchonRun. The other replicas hear of the skip from their own claims; if that
+replica dies in between (the chaos soak killed one 0.4 s after a skip), they write the run
+SKIP_WRITTEN_WITHIN_S later, unless their run cache has it by then (or saw it deleted).
+Mending (:mod:`.mend`) would be later, and leaves alone a skip older than the history keeps.
 """
 
 from __future__ import annotations
@@ -16,19 +22,33 @@ from . import runs
 from .client import Kube
 from .events import EventPoster
 from .metrics import Metrics, MetricsListener
+from .runcache import RunCache
 from .spec import JobSpec, run_name, slot_time
 
 log = logging.getLogger("anarchon.kube.listener")
+
+#: How long the other replicas leave the run of a slot skipped elsewhere to the replica that
+#: skipped it: a few of its API requests' time, and less than a lease.
+SKIP_WRITTEN_WITHIN_S = 3.0
 
 
 class OperatorListener(MetricsListener):
     """Metrics plus Kubernetes Events and Skipped runs for what the engine reports."""
 
-    def __init__(self, metrics: Metrics, kube: Kube, events: EventPoster, *, instance_id: str) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        kube: Kube,
+        events: EventPoster,
+        *,
+        instance_id: str,
+        run_cache: RunCache | None = None,
+    ) -> None:
         super().__init__(metrics)
         self.kube = kube
         self.events = events
         self.instance_id = instance_id
+        self.run_cache = run_cache
         self._specs: Callable[[str], JobSpec | None] | None = None
         self._refresh_status: Callable[[JobSpec], Awaitable[None]] | None = None
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -78,6 +98,21 @@ class OperatorListener(MetricsListener):
         if spec is not None:
             self.spawn(runs.record_skipped(self.kube, spec, slot, reason, str(cause)))
         self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
+
+    def skipped_elsewhere(self, job: str, slot: int, run: Run) -> None:
+        super().skipped_elsewhere(job, slot, run)
+        spec = self._spec(job)
+        if spec is not None and self.run_cache is not None:
+            self.spawn(self._skip_written(self.run_cache, spec, slot, run))
+
+    async def _skip_written(self, cache: RunCache, spec: JobSpec, slot: int, run: Run) -> None:
+        """Write the Skipped run that another replica recorded, if it has not done so by now."""
+        await asyncio.sleep(SKIP_WRITTEN_WITHIN_S)
+        name = run_name(spec.name, slot)
+        if cache.seen(spec.namespace, name) is not False:
+            return  # written (or deleted since); or the cache is down: mending covers it
+        log.warning("%s: skipped by %s, who has not written it: writing it", name, run.instance)
+        await runs.record_skipped(self.kube, spec, slot, run.error or "overlap", runs.trigger_guess(spec, slot))
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         super().missed(job, slot, reason)

@@ -87,11 +87,11 @@ async def run_operator(cfg: OperatorConfig) -> None:
         start_http_server(cfg.metrics_port, registry=metrics.registry)
     instance_id = cfg.instance_id or default_instance_id()  # the Scheduler's own default
     events = EventPoster(kube, instance=cfg.instance_id)
-    listener = OperatorListener(metrics, kube, events, instance_id=instance_id)
+    run_cache = RunCache(kube, cfg.namespaces)
+    listener = OperatorListener(metrics, kube, events, instance_id=instance_id, run_cache=run_cache)
     scheduler = Scheduler(backend, instance_id=instance_id, listener=listener, clock=clock)
     pod_watch = PodWatch(kube, cfg.namespaces)
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
-    run_cache = RunCache(kube, cfg.namespaces)
     controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
     # Before any job is added: jobs come only from the job watch, which starts below.
     listener.bind(controller.specs.get, controller.status.refresh_soon)

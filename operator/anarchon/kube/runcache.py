@@ -134,6 +134,14 @@ class RunCache(ScopedWatch):
         for obj in items:
             self._put(obj)
 
+    def seen(self, namespace: str, name: str) -> bool | None:
+        """Whether the run ``name`` exists, or the watch saw it deleted lately; None while the
+        cache is not live (then nobody here knows)."""
+        if not self.healthy:
+            return None
+        key = (namespace, name)
+        return key in self._runs or key in self._written or key in self._deleted
+
     def deleted(self, namespace: str, name: str) -> bool:
         """Whether the watch saw the run ``name`` deleted lately (then it was not lost: leave it gone)."""
         return (namespace, name) in self._deleted
