@@ -34,6 +34,7 @@ duplicates and 0 runs given up at any N.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -251,6 +253,28 @@ def start_store(store: str, log_dir: Path, n: int) -> tuple[Any, str]:
     return None, f"sqlite://{log_dir / f'store-{n}.db'}"
 
 
+@contextlib.contextmanager
+def three_replicas(cp: ControlPlane, ns: str, store: str, log_dir: Path, n: int) -> Iterator[tuple[Replicas, str]]:
+    """A new namespace and a fresh store, 3 replicas of this checkout on them; the store's URL."""
+    kubectl(cp, "create", "namespace", ns)
+    server, url = start_store(store, log_dir, n)
+    replicas = Replicas(cp, ns, url, log_dir)
+    try:
+        for i in range(3):
+            replicas.start(f"{ns}-{i}")
+        yield replicas, url
+    finally:
+        replicas.stop_all()
+        if server is not None:
+            server.stop()
+
+
+def from_replicas(event: dict[str, Any]) -> bool:
+    """An audit event of the replicas: they use the admin kubeconfig, as does this script's
+    kubectl (not run within a measured window)."""
+    return event["user"]["username"] == "admin" and not str(event.get("userAgent")).startswith("kubectl")
+
+
 def create_jobs(cp: ControlPlane, ns: str, n: int, cron: str) -> float:
     """N AnarchonJobs on ``cron``; the seconds until every job's status showed its schedule
     (the replicas had taken each up)."""
@@ -283,32 +307,18 @@ def create_jobs(cp: ControlPlane, ns: str, n: int, cron: str) -> float:
 def anarchon_side(cp: ControlPlane, n: int, minutes: int, grace_s: float, store: str, log_dir: Path) -> Side:
     side = Side(f"Anarchon ({store})")
     ns = f"anarchon-{n}"
-    kubectl(cp, "create", "namespace", ns)
-    server, url = start_store(store, log_dir, n)
-    replicas = Replicas(cp, ns, url, log_dir)
-    try:
-        for i in range(3):
-            replicas.start(f"replica-{n}-{i}")
+    with three_replicas(cp, ns, store, log_dir, n) as (replicas, _):
         side.setup_s = create_jobs(cp, ns, n, "* * * * *")
         pids = [p.pid for p in replicas.procs.values()]
         start, end, side.cpu_s = wait_window(minutes, pids)
         side.rss_mb = max(peak_rss_mb(p) for p in pids)
         time.sleep(grace_s)
-
-        def replica(event: dict[str, Any]) -> bool:
-            # The replicas use the admin kubeconfig, as does this script's kubectl (not run in the window).
-            return event["user"]["username"] == "admin" and not str(event.get("userAgent")).startswith("kubectl")
-
-        side.requests = audit_requests(cp, start, end, replica)
+        side.requests = audit_requests(cp, start, end, from_replicas)
         replicas.stop_all()
         runs = json.loads(kubectl(cp, "get", "anarchonruns", "-n", ns, "-o", "json"))["items"]
         side.given_up = sum(1 for r in runs if str((r.get("status") or {}).get("message", "")).startswith("gave up"))
         pods = json.loads(kubectl(cp, "get", "pods", "-n", ns, "-o", "json"))["items"]
         kubectl(cp, "delete", "anarchonjobs", "--all", "-n", ns, "--wait=false")  # their runs and Pods go too
-    finally:
-        replicas.stop_all()
-        if server is not None:
-            server.stop()
 
     def slot_of(pod: dict[str, Any]) -> tuple[str, float] | None:
         labels = pod["metadata"].get("labels") or {}
@@ -353,12 +363,7 @@ def idle_run(cp: ControlPlane, n: int, seconds: int, store: str, log_dir: Path) 
     its resident memory now and at its peak, store operations and API requests per second.
     """
     ns = f"idle-{n}"
-    kubectl(cp, "create", "namespace", ns)
-    server, url = start_store(store, log_dir, n)
-    replicas = Replicas(cp, ns, url, log_dir)
-    try:
-        for i in range(3):
-            replicas.start(f"idle-{n}-{i}")
+    with three_replicas(cp, ns, store, log_dir, n) as (replicas, url):
         setup_s = create_jobs(cp, ns, n, "0 0 1 1 *")
         time.sleep(60)
         pids = [p.pid for p in replicas.procs.values()]
@@ -367,16 +372,8 @@ def idle_run(cp: ControlPlane, n: int, seconds: int, store: str, log_dir: Path) 
         cpu1, ops1, end = [cpu_seconds(p) for p in pids], store_operations(store, url), time.time()
         rss = [current_rss_mb(p) for p in pids]
         peak = [peak_rss_mb(p) for p in pids]
-
-        def replica(event: dict[str, Any]) -> bool:
-            return event["user"]["username"] == "admin" and not str(event.get("userAgent")).startswith("kubectl")
-
-        requests = sum(audit_requests(cp, start, end, replica).values())
+        requests = sum(audit_requests(cp, start, end, from_replicas).values())
         kubectl(cp, "delete", "namespace", ns, "--wait=false")
-    finally:
-        replicas.stop_all()
-        if server is not None:
-            server.stop()
     span = end - start
     cpu = [100 * (b - a) / span for a, b in zip(cpu0, cpu1, strict=True)]
     ops = "n/a" if ops0 is None or ops1 is None else f"{(ops1 - ops0) / span / 3:.1f}"
