@@ -12,8 +12,9 @@ A listing (at start, and after the watch broke off) hands over every job it hold
 deletion for each job this replica knew in the scope that is no longer there: deleted while
 nobody watched.
 
-Its cost per event is a JSON decode and a dict lookup: the replicas' own status writes (each
-run's start and end) wake every replica, and the controller finds nothing to do for them.
+Its cost per event is a JSON decode and a dict lookup: the replicas' own status writes (one or
+two per run, see :mod:`.status`) wake every replica, and the controller only updates the job's
+metrics from them (:meth:`.JobController.apply` parses nothing for a change of the status alone).
 """
 
 from __future__ import annotations

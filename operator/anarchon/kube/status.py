@@ -5,7 +5,7 @@ Every replica writes it, for every job. Writes that every replica would make ali
 the version of the job they were read from: of the replicas that saw a new job at once, one
 writes them and the others hear 409 (then see the write, and find nothing left to do).
 
-History limits are enforced at every refresh (when a run starts or ends) and at every
+History limits are enforced at every refresh (soon after a run starts or ends) and at every
 resync (:meth:`JobStatus.resync`, periodic), so a job that went quiet, or whose limits were
 lowered, still converges to its limits, as CronJob does at each sync.
 
