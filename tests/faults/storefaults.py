@@ -121,7 +121,8 @@ class FaultyStore(LeaseBackend):
         await self.inner.forget_job(job)
 
     async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
-        await self.inner.note_served(jobs, now_ms)
+        await self._through("note_served", lambda: self.inner.note_served(jobs, now_ms))
 
     async def forget_unserved(self, before_ms: int) -> list[str]:
-        return await self.inner.forget_unserved(before_ms)
+        gone: list[str] = await self._through("forget_unserved", lambda: self.inner.forget_unserved(before_ms))
+        return gone

@@ -14,7 +14,9 @@ import pytest
 from anarchon.engine import LeaseBackend, RunState
 from anarchon.engine.backend import ClaimRequest
 from anarchon.engine.backends import from_url
+from anarchon.engine.errors import StoreError
 from anarchon.kube.served import FORGET_AFTER_MS, FORGET_EVERY_MS, NOTE_EVERY_MS, ServedJobs
+from tests.faults.storefaults import FaultyStore
 
 T0 = 1_800_000_000_000
 
@@ -86,3 +88,33 @@ async def test_a_new_replica_forgets_nothing_before_it_noted_its_jobs_for_a_whil
     clock.ms += FORGET_EVERY_MS
     await restarted.tick(["mine"])
     assert [r.slot for r in await store.history("mine")] == [T0]
+
+
+async def test_a_note_or_forget_that_fails_or_loses_its_reply_is_made_again_and_forgets_once(
+    store: LeaseBackend,
+) -> None:
+    """The store fails the note, then the forget, then loses the forget's reply (it did forget):
+    each is made again at the next pass, the served job is never forgotten, the other once."""
+    clock = Clock()
+    for job in ("kept", "deleted-while-down"):
+        await _ran(store, job)
+    await ServedJobs(store, clock).tick(["deleted-while-down"])  # its last note, a week and more ago
+    clock.ms += FORGET_AFTER_MS
+    faulty = FaultyStore(store)
+    served = ServedJobs(faulty, clock)
+    faulty.fail("note_served")
+    with pytest.raises(StoreError):
+        await served.tick(["kept"])  # the controller's resync logs it and passes again
+    await served.tick(["kept"])
+    assert faulty.calls["note_served"] == 2, "the failed note is made again at the next pass"
+    clock.ms += FORGET_EVERY_MS
+    failed = faulty.fail("forget_unserved")
+    lost = faulty.fail("forget_unserved", reply_lost=True)
+    for _ in range(2):
+        with pytest.raises(StoreError):
+            await served.tick(["kept"])
+    assert (failed.fired, lost.fired) == (1, 1)
+    assert not await store.history("deleted-while-down"), "forgotten by the call whose reply was lost"
+    await served.tick(["kept"])  # made again: nothing left to forget, no error
+    assert faulty.calls["forget_unserved"] == 3
+    assert [r.slot for r in await store.history("kept")] == [T0]
