@@ -16,7 +16,7 @@
 # Two stages: the builder turns the repository into a wheel; the final stage installs that wheel with
 # its [operator] extras into a virtualenv, without build tools, caches or the source tree.
 # Expected size: about 230 MB uncompressed, about 80 MB compressed (python:3.11-slim is ~130 MB of it;
-# kubernetes_asyncio, psycopg[binary] and aiohttp are most of the rest).
+# psycopg[binary], aiohttp and kubernetes_asyncio (kept for exec-plugin kubeconfigs) are most of the rest).
 #
 # Runs as uid/gid 10001 with a read-only root filesystem: the only writable paths are /tmp and
 # /var/lib/anarchon (the default SQLite store), which the Helm chart mounts as volumes.

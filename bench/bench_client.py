@@ -1,10 +1,11 @@
-"""CPU per API request of the operator's client: the library's session vs ours (issue 13).
+"""CPU per API request: an aiohttp session that trusts the environment vs the operator's (issue 13).
 
-kubernetes_asyncio's session trusts the environment: aiohttp reads the proxy variables and
-looks ``~/.netrc`` up in a worker thread on every request. ``anarchon.kube.client.connect``
-swaps in a session that does not. Both are measured side by side in one run, against a
-small aiohttp server on 127.0.0.1 (the server's own CPU is in a separate process and not
-counted), so the ratio is the client's overhead alone.
+kubernetes_asyncio, the client the operator used before its own, made its session with
+``trust_env=True``: aiohttp reads the proxy variables and looks ``~/.netrc`` up in a worker
+thread on every request. ``anarchon.kube.client.Kube`` makes its session with
+``trust_env=False``. Both are measured side by side in one run, against a small aiohttp
+server on 127.0.0.1 (the server's own CPU is in a separate process and not counted), so the
+ratio is the client's overhead alone.
 
     PYTHONPATH=operator:. python bench/bench_client.py [--requests 3000]
 """
@@ -66,8 +67,8 @@ def main() -> None:
         server.terminate()
     library, ours = min(results[True]), min(results[False])
     print(f"client CPU per request, best of 3 x {args.requests} requests:")
-    print(f"  trust_env=True  (kubernetes_asyncio's session): {library * 1e6:7.1f} µs")
-    print(f"  trust_env=False (anarchon.kube.client.connect):  {ours * 1e6:7.1f} µs")
+    print(f"  trust_env=True  (kubernetes_asyncio's)     : {library * 1e6:7.1f} µs")
+    print(f"  trust_env=False (anarchon.kube.client.Kube):     {ours * 1e6:7.1f} µs")
     print(f"  ratio ours / library: {ours / library:.2f}")
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "e2e" / "controlplane"))
 
 from controlplane import ControlPlane  # noqa: E402
 
-from anarchon.kube.client import Kube, connect  # noqa: E402
+from anarchon.kube.client import Kube, connect, path  # noqa: E402
 from anarchon.kube.constants import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
 from anarchon.kube.pods import PodFate, fate_of, read_pod  # noqa: E402
 from anarchon.kube.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
@@ -74,9 +74,7 @@ async def follow(kube: Kube, ns: str, name: str, watch: PodWatch | None, reads: 
 
 async def ends_announced(kube: Kube, ns: str, names: set[str], ended: dict[str, float]) -> None:
     """The reference: when the API server's watch announced each Pod's end."""
-    raw: Any = await kube.core.list_namespaced_pod(
-        ns, watch=True, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}", _preload_content=False
-    )
+    raw = await kube.stream(path("pods", ns), {"watch": True, "labelSelector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"}, 300)
     try:
         async for line in raw.content:
             event = json.loads(line)
@@ -111,7 +109,7 @@ async def measure(cp: ControlPlane, n: int) -> None:
         reference = asyncio.create_task(ends_announced(kube, ns, names, ended))
         rng = random.Random(7)
         for name in sorted(names):
-            await kube.core.create_namespaced_pod(ns, pod(name, rng.randint(5, 15)))  # type: ignore[arg-type]
+            await kube.request("POST", path("pods", ns), pod(name, rng.randint(5, 15)))
         poll_reads, watch_reads = [0], [0]
         polled = {name: asyncio.create_task(follow(kube, ns, name, None, poll_reads)) for name in names}
         watched = {name: asyncio.create_task(follow(kube, ns, name, watch, watch_reads)) for name in names}

@@ -24,7 +24,7 @@ echo "demo: building (or reusing) the test control plane binaries..." >&2
 bash e2e/controlplane/build.sh >&2
 
 # demo.py runs the operator from operator/ (PYTHONPATH): only its dependencies must be installed.
-if ! PYTHONPATH="$repo/operator" "$python" -c 'import anarchon.cli, kubernetes_asyncio, orjson, yaml' 2>/dev/null; then
+if ! PYTHONPATH="$repo/operator" "$python" -c 'import anarchon.cli, aiohttp, orjson, yaml' 2>/dev/null; then
   echo "demo: installing anarchon with its operator extras (pip install -e '.[operator]')..." >&2
   "$python" -m pip install -q -e ".[operator]" >&2
 fi

@@ -27,12 +27,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-import aiohttp
-
-from anarchon.kube.client import Kube, connect
-from anarchon.kube.constants import GROUP, RUNS, VERSION
+from anarchon.kube.client import Kube, connect, path
+from anarchon.kube.constants import RUNS
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.faults.toxiproxy import StoreProxy
 from tests.operator.conftest import Cluster, Replicas, job_manifest
@@ -152,10 +150,7 @@ async def _watch(kube: Kube, namespace: str, plural: str, feed: Callable[[str, d
     while True:
         try:
             if version is None:
-                if plural == "pods":
-                    listing = kube.api.sanitize_for_serialization(await kube.core.list_namespaced_pod(namespace))
-                else:
-                    listing = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+                listing = await kube.request("GET", path(plural, namespace))
                 items = listing.get("items") or []
                 present = {item["metadata"]["name"] for item in items}
                 for name in [n for n in known if n not in present]:
@@ -163,19 +158,8 @@ async def _watch(kube: Kube, namespace: str, plural: str, feed: Callable[[str, d
                 for item in items:
                     note("ADDED", item)
                 version = str(listing["metadata"]["resourceVersion"])
-            options: dict[str, Any] = {
-                "watch": True,
-                "allow_watch_bookmarks": True,
-                "resource_version": version,
-                "timeout_seconds": 300,
-                "_preload_content": False,
-                "_request_timeout": 330,
-            }
-            if plural == "pods":
-                raw: Any = await kube.core.list_namespaced_pod(namespace, **options)
-            else:
-                raw = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural, **options)
-            response = cast(aiohttp.ClientResponse, raw)
+            params = {"watch": True, "allowWatchBookmarks": True, "resourceVersion": version, "timeoutSeconds": 300}
+            response = await kube.stream(path(plural, namespace), params, 330)
             try:
                 async for line in response.content:
                     if not line.strip():

@@ -10,7 +10,7 @@ thread, aim at requests the way RBAC does: by verb, resource, subresource, name 
 namespace, each derived from the request like the API server derives them.
 
 It runs in its own thread with its own asyncio loop, so that both in-process async
-clients (kubernetes_asyncio) and separate processes (operator replicas started with
+clients (the operator's ``Kube``) and separate processes (operator replicas started with
 ``--kubeconfig proxy.kubeconfig``) can use it::
 
     with ApiFaultProxy(control_plane) as proxy:

@@ -1,4 +1,4 @@
-"""The API fault proxy: forwarding (kubernetes_asyncio, kubectl), every action, matching, firing control."""
+"""The API fault proxy: forwarding (the operator's client, kubectl), every action, matching, firing control."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes_asyncio import watch
 
-from anarchon.kube.client import ApiException, Kube, connect, transient
+from anarchon.kube.client import ApiException, Kube, connect, path, transient
 from anarchon.kube.constants import MERGE
 from tests.faults.apiproxy import ApiFaultProxy, Fault, RequestInfo, parse_request
 
@@ -67,7 +66,7 @@ def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
 
 @pytest.fixture
 async def pkube(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
-    """The operator's kubernetes_asyncio client, connected through the proxy."""
+    """The operator's own client, connected through the proxy."""
     client = await connect(str(proxy.kubeconfig))
     yield client
     await client.close()
@@ -157,12 +156,12 @@ def test_rules_are_checked_when_made() -> None:
 async def test_a_create_goes_through_to_the_api_server(
     proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
 ) -> None:
-    assert pkube.api.configuration.host == proxy.url
-    created = await pkube.core.create_namespaced_config_map(namespace, configmap("plain"))
-    assert created.metadata.name == "plain"
+    assert pkube.endpoint.server == proxy.url
+    created = await pkube.request("POST", path("configmaps", namespace), configmap("plain"))
+    assert created["metadata"]["name"] == "plain"
     assert exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/plain")
-    read = await pkube.core.read_namespaced_config_map("plain", namespace)
-    assert read.data == {"k": "v"}
+    read = await pkube.request("GET", path("configmaps", namespace, "plain"))
+    assert read["data"] == {"k": "v"}
     assert proxy.count(verb="create", resource="configmaps", namespace=namespace, upstream=201) == 1
     assert proxy.count(verb="get", resource="configmaps", name="plain", status=200) == 1
 
@@ -246,7 +245,7 @@ async def test_a_status_fault_answers_a_kubernetes_status_without_forwarding(
 ) -> None:
     fault = proxy.add(Fault("status", code=code, verb="create", resource="configmaps"))
     with pytest.raises(ApiException) as raised:
-        await pkube.core.create_namespaced_config_map(namespace, configmap("refused"))
+        await pkube.request("POST", path("configmaps", namespace), configmap("refused"))
     assert raised.value.status == code
     body = json.loads(raised.value.body)
     assert body["kind"] == "Status" and body["apiVersion"] == "v1" and body["status"] == "Failure"
@@ -262,10 +261,10 @@ async def test_times_fires_on_the_first_matching_requests_only(
 ) -> None:
     fault = proxy.add(Fault("status", code=500, verb="create", resource="configmaps", times=1))
     with pytest.raises(ApiException) as raised:
-        await pkube.core.create_namespaced_config_map(namespace, configmap("first"))
+        await pkube.request("POST", path("configmaps", namespace), configmap("first"))
     assert raised.value.status == 500
-    await pkube.core.create_namespaced_config_map(namespace, configmap("second"))
-    await pkube.core.create_namespaced_config_map(namespace, configmap("first"))
+    await pkube.request("POST", path("configmaps", namespace), configmap("second"))
+    await pkube.request("POST", path("configmaps", namespace), configmap("first"))
     assert fault.fired == 1
     assert exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/first")
     assert proxy.count(verb="create", resource="configmaps", status=201) == 2
@@ -289,17 +288,17 @@ def test_rate_fires_on_some_requests_reproducibly_from_the_seed(control_plane: A
 async def test_remove_and_clear_stop_the_faults(proxy: ApiFaultProxy, pkube: Kube, namespace: str) -> None:
     one = proxy.add(Fault("status", code=500, verb="list", resource="configmaps"))
     with pytest.raises(ApiException):
-        await pkube.core.list_namespaced_config_map(namespace)
+        await pkube.request("GET", path("configmaps", namespace))
     proxy.remove(one)
-    await pkube.core.list_namespaced_config_map(namespace)
+    await pkube.request("GET", path("configmaps", namespace))
     proxy.add(Fault("status", code=500, verb="list", resource="configmaps"))
     proxy.add(Fault("status", code=503, verb="list"))
     with pytest.raises(ApiException) as raised:
-        await pkube.core.list_namespaced_config_map(namespace)
+        await pkube.request("GET", path("configmaps", namespace))
     assert raised.value.status == 500  # the first rule added wins
     proxy.clear()
     assert proxy.faults == []
-    await pkube.core.list_namespaced_config_map(namespace)
+    await pkube.request("GET", path("configmaps", namespace))
     assert one.fired == 1
 
 
@@ -309,7 +308,7 @@ async def test_a_lost_reply_leaves_the_object_created(
 ) -> None:
     fault = proxy.add(Fault("lost_reply", verb="create", resource="configmaps", reply=reply))  # type: ignore[arg-type]
     with pytest.raises((ApiException, aiohttp.ClientError)) as raised:
-        await pkube.core.create_namespaced_config_map(namespace, configmap("applied"))
+        await pkube.request("POST", path("configmaps", namespace), configmap("applied"))
     assert transient(raised.value)  # what the operator's retry policy sees: try again
     if reply == "status":
         assert isinstance(raised.value, ApiException) and raised.value.status == 504
@@ -322,7 +321,7 @@ async def test_a_lost_reply_leaves_the_object_created(
     # Sent again (as a retry would), the create now meets the object it made: 409.
     proxy.remove(fault)
     with pytest.raises(ApiException) as again:
-        await pkube.core.create_namespaced_config_map(namespace, configmap("applied"))
+        await pkube.request("POST", path("configmaps", namespace), configmap("applied"))
     assert again.value.status == 409
 
 
@@ -331,14 +330,14 @@ async def test_a_reset_fails_the_request_before_it_reaches_the_server(
 ) -> None:
     fault = proxy.add(Fault("reset", verb="create", resource="configmaps"))
     with pytest.raises(aiohttp.ClientError) as raised:
-        await pkube.core.create_namespaced_config_map(namespace, configmap("never"))
+        await pkube.request("POST", path("configmaps", namespace), configmap("never"))
     assert transient(raised.value)
     assert fault.fired == 1
     assert not exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/never")
     assert proxy.count(verb="create", resource="configmaps", fault="reset", forwarded=False) == 1
     # The client's next request (on a new connection) goes through.
     proxy.clear()
-    await pkube.core.create_namespaced_config_map(namespace, configmap("never"))
+    await pkube.request("POST", path("configmaps", namespace), configmap("never"))
     assert exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/never")
 
 
@@ -349,12 +348,12 @@ async def test_latency_delays_only_the_aimed_request(
         control_plane.api("POST", f"/api/v1/namespaces/{namespace}/configmaps", configmap(name))
     fault = proxy.add(Fault("latency", seconds=1.0, verb="get", resource="configmaps", name="slow"))
     t0 = time.monotonic()
-    quick = await pkube.core.read_namespaced_config_map("quick", namespace)
+    quick = await pkube.request("GET", path("configmaps", namespace, "quick"))
     quick_s = time.monotonic() - t0
     t0 = time.monotonic()
-    slow = await pkube.core.read_namespaced_config_map("slow", namespace)
+    slow = await pkube.request("GET", path("configmaps", namespace, "slow"))
     slow_s = time.monotonic() - t0
-    assert (quick.metadata.name, slow.metadata.name) == ("quick", "slow")
+    assert (quick["metadata"]["name"], slow["metadata"]["name"]) == ("quick", "slow")
     assert slow_s >= 1.0
     assert quick_s < 1.0
     assert fault.fired == 1
@@ -364,22 +363,22 @@ async def test_latency_delays_only_the_aimed_request(
 async def test_a_watch_streams_events_as_they_happen(
     proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
 ) -> None:
-    w = watch.Watch()
-    stream = w.stream(pkube.core.list_namespaced_config_map, namespace, timeout_seconds=60)
     seen: list[tuple[str, str]] = []
+    response = await pkube.stream(path("configmaps", namespace), {"watch": True, "timeoutSeconds": 60}, 90)
     try:
         async with asyncio.timeout(20):
-            first = asyncio.ensure_future(stream.__anext__())
+            first = asyncio.ensure_future(response.content.readline())
             await asyncio.sleep(0.5)  # the watch is open (and empty) before the object exists
             control_plane.api("POST", f"/api/v1/namespaces/{namespace}/configmaps", configmap("watched"))
-            event = await first
+            line = await first
             while True:
-                seen.append((event["type"], event["object"].metadata.name))
+                event = json.loads(line)
+                seen.append((event["type"], event["object"]["metadata"]["name"]))
                 if seen[-1] == ("ADDED", "watched"):
                     break
-                event = await stream.__anext__()
+                line = await response.content.readline()
     finally:
-        await w.close()
+        response.release()
     # The event came while the server still held the watch open: the reply was streamed, not buffered.
     assert ("ADDED", "watched") in seen
     assert proxy.count(verb="watch", resource="configmaps", namespace=namespace, status=200) == 1
@@ -390,17 +389,16 @@ async def test_cut_watch_breaks_the_stream_after_the_given_time(
 ) -> None:
     control_plane.api("POST", f"/api/v1/namespaces/{namespace}/configmaps", configmap("old"))
     fault = proxy.add(Fault("cut_watch", seconds=1.0, resource="configmaps", namespace=namespace))
-    await pkube.core.list_namespaced_config_map(namespace)  # not a watch: not cut
-    w = watch.Watch()
-    stream = w.stream(pkube.core.list_namespaced_config_map, namespace, timeout_seconds=60)
+    await pkube.request("GET", path("configmaps", namespace))  # not a watch: not cut
+    response = await pkube.stream(path("configmaps", namespace), {"watch": True, "timeoutSeconds": 60}, 90)
     t0 = time.monotonic()
     names: list[str] = []
     with pytest.raises(aiohttp.ClientPayloadError):
         async with asyncio.timeout(20):
-            async for event in stream:
-                names.append(event["object"].metadata.name)
+            async for line in response.content:
+                names.append(json.loads(line)["object"]["metadata"]["name"])
     elapsed = time.monotonic() - t0
-    await w.close()
+    response.release()
     assert "old" in names  # it streamed before it was cut
     assert 1.0 <= elapsed < 15
     assert fault.fired == 1
@@ -419,11 +417,11 @@ async def test_matching_aims_at_one_subresource_of_one_object(
     )
     other_ns = proxy.add(Fault("status", code=500, resource="pods", namespace="elsewhere"))
 
-    await pkube.core.patch_namespaced_pod_status("b", namespace, patch, _content_type=MERGE)  # another object
-    await pkube.core.patch_namespaced_pod("a", namespace, patch, _content_type=MERGE)  # the main resource
-    await pkube.core.read_namespaced_pod_status("a", namespace)  # another verb
+    await pkube.request("PATCH", path("pods", namespace, "b", "status"), patch, content_type=MERGE)  # another object
+    await pkube.request("PATCH", path("pods", namespace, "a"), patch, content_type=MERGE)  # the main resource
+    await pkube.request("GET", path("pods", namespace, "a", "status"))  # another verb
     with pytest.raises(ApiException) as raised:
-        await pkube.core.patch_namespaced_pod_status("a", namespace, patch, _content_type=MERGE)
+        await pkube.request("PATCH", path("pods", namespace, "a", "status"), patch, content_type=MERGE)
     assert raised.value.status == 500
     assert status_of_a.fired == 1
     assert other_ns.fired == 0
@@ -433,9 +431,9 @@ async def test_matching_aims_at_one_subresource_of_one_object(
     # subresource="" aims at the main resource only.
     proxy.clear()
     main_only = proxy.add(Fault("status", code=409, verb="patch", resource="pods", subresource=""))
-    await pkube.core.patch_namespaced_pod_status("a", namespace, patch, _content_type=MERGE)
+    await pkube.request("PATCH", path("pods", namespace, "a", "status"), patch, content_type=MERGE)
     with pytest.raises(ApiException) as conflict:
-        await pkube.core.patch_namespaced_pod("a", namespace, patch, _content_type=MERGE)
+        await pkube.request("PATCH", path("pods", namespace, "a"), patch, content_type=MERGE)
     assert conflict.value.status == 409
     assert json.loads(conflict.value.body)["reason"] == "Conflict"
     assert main_only.fired == 1
@@ -446,10 +444,10 @@ async def test_aiohttp_clients_send_an_idempotent_request_again_once_after_a_res
 ) -> None:
     """Why the README says times>=2 for GET/PUT/DELETE: aiohttp retries them once on a closed connection."""
     once = proxy.add(Fault("reset", verb="list", resource="configmaps", namespace=namespace, times=1))
-    await pkube.core.list_namespaced_config_map(namespace)  # the reset is invisible to the caller
+    await pkube.request("GET", path("configmaps", namespace))  # the reset is invisible to the caller
     assert once.fired == 1
     assert proxy.count(verb="list", resource="configmaps", namespace=namespace) == 2
     twice = proxy.add(Fault("reset", verb="list", resource="configmaps", namespace=namespace, times=2))
     with pytest.raises(aiohttp.ClientError):
-        await pkube.core.list_namespaced_config_map(namespace)
+        await pkube.request("GET", path("configmaps", namespace))
     assert twice.fired == 2

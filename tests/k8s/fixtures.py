@@ -115,12 +115,34 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
             control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
 
 
+async def typed_connect(kubeconfig: str, *, api_concurrency: int | None = None) -> Any:
+    """The operator's client (anarchon.kube.client.Kube) with kubernetes_asyncio's typed APIs
+    beside it (``core``, ``custom``, ``api``) for the tests' own requests: the operator never
+    imports that library's models, a test may."""
+    from kubernetes_asyncio import client, config
+
+    from anarchon.kube.client import Kube, connect
+
+    class TypedKube(Kube):
+        api: client.ApiClient
+        core: client.CoreV1Api
+        custom: client.CustomObjectsApi
+
+        async def close(self) -> None:
+            await super().close()
+            await self.api.close()
+
+    plain = await connect(kubeconfig, api_concurrency=api_concurrency)
+    typed = TypedKube(plain.endpoint)
+    typed.api = await config.new_client_from_config(config_file=kubeconfig)
+    typed.core, typed.custom = client.CoreV1Api(typed.api), client.CustomObjectsApi(typed.api)
+    return typed
+
+
 @pytest.fixture
 async def kube(control_plane: ControlPlane) -> AsyncIterator[Any]:
-    """The operator's own asyncio client (anarchon.kube.client.Kube) on the control plane."""
-    from anarchon.kube.client import connect
-
-    client = await connect(str(control_plane.kubeconfig))
+    """The operator's own asyncio client on the control plane, typed APIs beside it (:func:`typed_connect`)."""
+    client = await typed_connect(str(control_plane.kubeconfig))
     yield client
     await client.close()
 

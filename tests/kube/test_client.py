@@ -1,24 +1,54 @@
-"""The operator's API client against the real test API server."""
+"""The operator's API client against the real test API server: requests, errors, credentials.
+
+The client is a thin one over aiohttp; credentials are read by :mod:`anarchon.kube.kubeconfig`,
+which hands only ``exec`` plugins and auth providers to kubernetes_asyncio's loader.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
+from typing import Any
 
 import pytest
 from controlplane import ControlPlane
 
-from anarchon.kube.client import call, connect
+from anarchon.kube import kubeconfig
+from anarchon.kube.client import ApiException, CredentialsError, call, connect, path
 from tests.faults.apiproxy import ApiFaultProxy, Fault
+
+REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+
+
+async def _who(kube: Any) -> str:
+    """The user the API server takes the client for."""
+    review = await kube.request("POST", REVIEW, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    return str(review["status"]["userInfo"]["username"])
+
+
+def _config(cp: ControlPlane, cluster: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "ns-of-x"}}],
+        "current-context": "x",
+    }
 
 
 async def test_requests_ignore_proxy_variables_and_netrc(
-    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch, tmp_path
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The requests go straight to the API server whatever the environment says.
 
-    A session with ``trust_env=True`` (the client library's) sent them to the proxy named here,
+    A session with ``trust_env=True`` (kubernetes_asyncio's) sent them to the proxy named here,
     a closed port, and looked ``.netrc`` up in a thread on every request.
     """
     for name in ("NO_PROXY", "no_proxy"):
@@ -27,25 +57,42 @@ async def test_requests_ignore_proxy_variables_and_netrc(
         monkeypatch.setenv(name, "http://127.0.0.1:9")  # discard port: nothing listens
     kube = await connect(str(control_plane.kubeconfig))
     try:
-        listing = await kube.core.list_namespace(_request_timeout=10)
-        assert any(ns.metadata.name == "default" for ns in listing.items)
-        assert kube.api.rest_client.pool_manager.trust_env is False
+        listing = await kube.request("GET", "/api/v1/namespaces", timeout_s=10)
+        assert any(ns["metadata"]["name"] == "default" for ns in listing["items"])
+        assert kube.session.trust_env is False
     finally:
         await kube.close()
 
 
 async def test_close_leaves_no_session_open(control_plane: ControlPlane) -> None:
-    """Both sessions (the one sending, the one owning the pool) are closed: no ResourceWarning."""
     kube = await connect(str(control_plane.kubeconfig))
-    await kube.core.list_namespace(_request_timeout=10)
-    sessions = [kube.api.rest_client.pool_manager, kube.pool_owner]
+    await kube.request("GET", "/api/v1/namespaces", timeout_s=10)
+    session = kube.session
     await kube.close()
-    assert all(s is not None and s.closed for s in sessions)
+    assert session.closed
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        del kube, sessions
+        del kube, session
         gc.collect()
     assert not [w for w in caught if "Unclosed" in str(w.message)]
+
+
+async def test_an_error_status_is_an_api_exception_with_the_servers_message(
+    control_plane: ControlPlane, crds: ControlPlane, namespace: str
+) -> None:
+    kube = await connect(str(control_plane.kubeconfig))
+    try:
+        with pytest.raises(ApiException) as missing:
+            await kube.request("GET", path("anarchonruns", namespace, "nope"))
+        assert (missing.value.status, missing.value.reason) == (404, "Not Found")
+        assert '"nope" not found' in missing.value.message
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "twice"}}
+        await kube.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body)
+        with pytest.raises(ApiException) as again:
+            await kube.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body)
+        assert again.value.status == 409 and "already exists" in again.value.message
+    finally:
+        await kube.close()
 
 
 async def test_no_more_than_api_concurrency_requests_are_in_flight_and_the_rest_wait(
@@ -61,9 +108,123 @@ async def test_no_more_than_api_concurrency_requests_are_in_flight_and_the_rest_
         proxy.add(Fault("latency", seconds=0.3, verb="list", resource="namespaces"))
         kube = await connect(str(proxy.kubeconfig), api_concurrency=4)  # the operator's --api-concurrency
         try:
-            listings = await asyncio.gather(*(call("listing", kube.core.list_namespace) for _ in range(40)))
+            listings = await asyncio.gather(
+                *(call("listing", lambda: kube.request("GET", "/api/v1/namespaces")) for _ in range(40))
+            )
         finally:
             await kube.close()
-        assert all(any(ns.metadata.name == "default" for ns in listing.items) for listing in listings)
+        assert all(any(ns["metadata"]["name"] == "default" for ns in listing["items"]) for listing in listings)
         assert proxy.count(verb="list", resource="namespaces") == 40
         assert 2 <= proxy.max_in_flight <= 4, proxy.max_in_flight
+
+
+def test_a_replica_never_imports_the_typed_models(control_plane: ControlPlane) -> None:
+    """The operator's modules, loaded as a replica loads them, connected and sending requests,
+    leave kubernetes_asyncio out: its client package imports every generated model (36 MB of
+    RSS in each replica)."""
+    code = f"""
+import asyncio, sys
+import anarchon.kube.main
+from anarchon.kube.client import connect
+async def go():
+    kube = await connect({str(control_plane.kubeconfig)!r})
+    await kube.request("GET", "/api/v1/namespaces/default")
+    await kube.close()
+asyncio.run(go())
+print(sorted(m for m in sys.modules if "kubernetes" in m))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "operator"), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+async def test_a_token_file_is_read_again_when_it_is_rotated(
+    control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``tokenFile`` (as a projected service-account token) is read again after TOKEN_REREAD_S:
+    the kubelet rotates the token in place, and a replica must follow."""
+    monkeypatch.setattr(kubeconfig, "TOKEN_REREAD_S", 0.0)
+    token = tmp_path / "token"
+    token.write_text(control_plane.user_tokens["alice"])
+    cfg = tmp_path / "config"
+    ca = {"server": control_plane.server, "certificate-authority": str(control_plane.ca_file)}
+    cfg.write_text(json.dumps(_config(control_plane, ca, {"tokenFile": "token"})))  # relative to the file
+    kube = await connect(str(cfg))
+    try:
+        assert await _who(kube) == "alice"
+        token.write_text(control_plane.user_tokens["bob"])
+        assert await _who(kube) == "bob"
+    finally:
+        await kube.close()
+
+
+async def test_the_pods_service_account_is_used_in_a_cluster(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mount = tmp_path / "serviceaccount"
+    mount.mkdir()
+    (mount / "token").write_text(control_plane.service_account_token(namespace, "operator"))
+    (mount / "ca.crt").write_bytes(control_plane.ca_file.read_bytes())
+    (mount / "namespace").write_text(namespace)
+    monkeypatch.setattr(kubeconfig, "SERVICE_ACCOUNT", mount)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    host, port = control_plane.server.removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    kube = await connect(None)
+    try:
+        assert await _who(kube) == f"system:serviceaccount:{namespace}:operator"
+    finally:
+        await kube.close()
+    assert kubeconfig.current_namespace(None) == namespace
+    (mount / "token").unlink()
+    with pytest.raises(CredentialsError, match=r"the Pod's service account .*token"):
+        await connect(None)
+
+
+async def test_an_exec_plugin_gives_the_token(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """A kubeconfig whose user runs a credential plugin (EKS, GKE, OIDC helpers) goes to
+    kubernetes_asyncio's loader, which runs the plugin; the requests carry its token."""
+    plugin = tmp_path / "plugin"
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "kind": "ExecCredential",
+        "status": {"token": control_plane.user_tokens["alice"]},
+    }
+    plugin.write_text(f"#!/bin/sh\ncat <<'END'\n{json.dumps(credential)}\nEND\n")
+    plugin.chmod(0o755)
+    user = {
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin), "interactiveMode": "Never"}
+    }
+    cluster = {"server": control_plane.server, "certificate-authority": str(control_plane.ca_file)}
+    cfg = tmp_path / "config"
+    cfg.write_text(json.dumps(_config(control_plane, cluster, user)))
+    kube = await connect(str(cfg))
+    try:
+        assert await _who(kube) == "alice"
+    finally:
+        await kube.close()
+
+
+async def test_tls_is_verified_unless_the_kubeconfig_says_to_skip_it(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    token = {"token": control_plane.user_tokens["alice"]}
+    unverified = tmp_path / "unverified"
+    unverified.write_text(json.dumps(_config(control_plane, {"server": control_plane.server}, token)))
+    kube = await connect(str(unverified))  # the system's CAs do not know the test CA
+    try:
+        with pytest.raises(Exception, match=r"(?i)certificate"):
+            await kube.request("GET", "/version")
+    finally:
+        await kube.close()
+    skipping = tmp_path / "skipping"
+    skipping.write_text(
+        json.dumps(_config(control_plane, {"server": control_plane.server, "insecure-skip-tls-verify": True}, token))
+    )
+    kube = await connect(str(skipping))
+    try:
+        assert await _who(kube) == "alice"
+    finally:
+        await kube.close()
+    assert kubeconfig.current_namespace(str(skipping)) == "ns-of-x"

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from anarchon.engine import Scheduler
 from anarchon.engine.backends import from_url
@@ -20,6 +19,7 @@ from anarchon.kube import controller as controller_module
 from anarchon.kube.client import Kube
 from anarchon.kube.controller import JobController
 from anarchon.kube.events import EventPoster
+from anarchon.kube.kubeconfig import Endpoint
 from anarchon.kube.metrics import Metrics
 from anarchon.kube.spec import JobSpec, parse_job, schedule_column, slot_time
 from anarchon.kube.status import _condition
@@ -29,12 +29,11 @@ HOUR_MS = 3_600_000
 
 @pytest.fixture
 async def controller(tmp_path: Path) -> AsyncIterator[JobController]:
-    api = client.ApiClient()  # never used: each body's status already says what apply would write
-    kube = Kube(api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api))
+    kube = Kube(Endpoint("http://127.0.0.1:9"))  # never used: each body's status already says what apply would write
     scheduler = Scheduler(from_url(f"sqlite://{tmp_path / 'store.db'}"), instance_id="r0")
     yield JobController(kube, scheduler, EventPoster(kube), Metrics(scheduler.clock.now_ms))
     await scheduler.stop()
-    await api.close()
+    await kube.close()
 
 
 def _job(generation: int, now_ms: int, **status: Any) -> dict[str, Any]:

@@ -10,11 +10,12 @@ import pytest
 from controlplane import ControlPlane
 
 from anarchon.kube import runcache
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.client import Kube
 from anarchon.kube.constants import API_VERSION, GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUN_KIND, RUNS, VERSION
 from anarchon.kube.runcache import RunCache
 from anarchon.kube.spec import slot_time
 from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.k8s.fixtures import typed_connect
 
 
 def _run(job: str, slot: int) -> dict[str, Any]:
@@ -114,7 +115,7 @@ async def test_a_watch_cut_again_and_again_is_noticed_and_misses_no_run(
     """Behind the fault proxy the watch is cut three times while runs are created: each cut makes
     the cache unhealthy (callers list instead), and once it is healthy again it has every run."""
     with ApiFaultProxy(control_plane) as proxy:
-        kube = await connect(str(proxy.kubeconfig))
+        kube = await typed_connect(str(proxy.kubeconfig))
         runs = RunCache(kube, [namespace])
         cut = proxy.add(Fault("cut_watch", seconds=0.4, resource="anarchonruns", times=3))
         runs.start()

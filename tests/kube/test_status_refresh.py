@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client
 
 from anarchon.engine import Scheduler
 from anarchon.engine.backends import from_url
 from anarchon.kube import status as status_module
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
+from anarchon.kube.kubeconfig import Endpoint
 from anarchon.kube.spec import JobSpec, parse_job
 from anarchon.kube.status import JobStatus
 
@@ -27,8 +27,7 @@ START_S, END_S = 2.0, 0.2  # the waits after a run's start and end, shortened
 async def status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[JobStatus, list[float]]]:
     monkeypatch.setattr(status_module, "REFRESH_AFTER_START_S", START_S)
     monkeypatch.setattr(status_module, "REFRESH_AFTER_END_S", END_S)
-    api = client.ApiClient()
-    kube = Kube(api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api))
+    kube = Kube(Endpoint("http://127.0.0.1:9"))
     job_status = JobStatus(kube, Scheduler(from_url(f"sqlite://{tmp_path / 's.db'}")), EventPoster(kube))
     made: list[float] = []
 
@@ -37,7 +36,7 @@ async def status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
 
     job_status.refresh = refresh  # type: ignore[method-assign]
     yield job_status, made
-    await api.close()
+    await kube.close()
 
 
 def _spec(name: str) -> JobSpec:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -32,20 +31,9 @@ def add_kube_args(parser: argparse.ArgumentParser) -> None:
 
 def default_namespace(kubeconfig: str | None) -> str:
     """The kubeconfig context's namespace, or the Pod's own in a cluster, else "default"."""
-    from kubernetes_asyncio.config import ConfigException, list_kube_config_contexts
+    from ..kube.kubeconfig import current_namespace
 
-    in_cluster = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    if not (kubeconfig or os.environ.get("KUBECONFIG")) and os.path.exists(in_cluster):
-        with open(in_cluster) as f:
-            return f.read().strip() or "default"
-    path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-    if os.pathsep not in path and not os.path.isfile(os.path.expanduser(path)):
-        return "default"  # asked anyway, the client would print "Config not found" on stderr
-    try:
-        _, active = list_kube_config_contexts(config_file=kubeconfig)
-    except (ConfigException, OSError):
-        return "default"
-    return str(((active or {}).get("context") or {}).get("namespace") or "default")
+    return current_namespace(kubeconfig) or "default"
 
 
 def report(verb: str, failure: Failure) -> int:

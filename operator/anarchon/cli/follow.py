@@ -55,8 +55,8 @@ async def follow(
     None if ``absent_s`` is given and the run has not appeared by then: a caller that knows
     the slot's trigger was handled learns that no run is coming (the store had decided the slot).
     """
-    from ..kube.client import ApiException, call
-    from ..kube.constants import GROUP, RUNS, VERSION
+    from ..kube.client import ApiException, call, path
+    from ..kube.constants import RUNS
     from ..kube.mend import open_run
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -68,7 +68,7 @@ async def follow(
             run = dict(
                 await call(
                     f"reading run {name}",
-                    lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name),
+                    lambda: kube.request("GET", path(RUNS, namespace, name)),
                 )
             )
         except ApiException as exc:

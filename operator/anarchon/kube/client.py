@@ -1,6 +1,9 @@
 """The asyncio Kubernetes client the operator uses for everything it watches, reads and writes.
 
-Everything goes through kubernetes_asyncio, so the event loop is never blocked.
+A thin one over aiohttp: paths, JSON bodies and the answers as dicts. The operator works on the
+JSON the API server sends (a run, a Pod, an Event) and never on typed models; kubernetes_asyncio
+built them for every reply and imported all of them at start, 36 MB in each replica.
+Credentials are read by :mod:`.kubeconfig`.
 """
 
 from __future__ import annotations
@@ -9,21 +12,17 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.client.rest import RESTResponse
 
 from ..engine.clock import SystemClock
 from ..engine.retry import retry
-from .constants import GROUP, JOBS, MERGE, VERSION
+from . import kubeconfig
+from .constants import GROUP, JOBS, MERGE, RUNS, VERSION
 
 log = logging.getLogger("anarchon.kube.client")
 T = TypeVar("T")
@@ -70,8 +69,49 @@ __all__ = [
     "Kube",
     "call",
     "connect",
+    "path",
     "transient",
 ]
+
+
+class ApiException(Exception):
+    """The API server answered with an error status (``status``), or the request was refused
+    before it was made (``status`` 0).
+
+    ``reason`` is the HTTP reason phrase ("Not Found"), ``message`` the Status object's message
+    when the server sent one, ``body`` and ``headers`` the reply as it came.
+    """
+
+    def __init__(
+        self, status: int = 0, reason: str = "", body: bytes = b"", message: str = "", headers: Mapping[str, str] = {}
+    ) -> None:
+        self.status, self.reason, self.body, self.message, self.headers = status, reason, body, message, headers
+        super().__init__(f"({status}) {reason}" + (f": {message}" if message else ""))
+
+    @classmethod
+    def of(cls, status: int, reason: str | None, body: bytes, headers: Mapping[str, str] = {}) -> ApiException:
+        message = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = str(orjson.loads(body).get("message") or "")
+        return cls(status, reason or "", body, message, headers)
+
+
+def path(resource: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+    """The URL path of a resource (AnarchonJobs, AnarchonRuns, or a core one: pods, events),
+    of one namespace's (or all, if None), of one object, of its subresource."""
+    base = f"/apis/{GROUP}/{VERSION}" if resource in (JOBS, RUNS) else "/api/v1"
+    where = f"{base}/namespaces/{namespace}/{resource}" if namespace else f"{base}/{resource}"
+    if name:
+        where += f"/{name}"
+        if sub:
+            where += f"/{sub}"
+    return where
+
+
+def _query(params: Mapping[str, Any] | None) -> dict[str, str]:
+    """Query parameters as the API server spells them (aiohttp refuses booleans)."""
+    given = (params or {}).items()
+    return {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in given if v is not None}
 
 
 def transient(exc: BaseException) -> bool:
@@ -118,64 +158,95 @@ async def call(
     return await retry(bounded, clock=clock, transient=retried, deadline_ms=lambda: deadline, on_error=failed)
 
 
-async def json_of(request: Awaitable[Any]) -> Any:
-    """The reply to a request sent with ``_preload_content=False``: the JSON the server sent.
-
-    The client would otherwise build its models from the reply (a V1Pod takes ~0.4 ms, and
-    turning it back into the dict the operator uses as much again, against ~0.01 ms for the
-    JSON itself), for every Pod and Event of every run. An error status raises the
-    ApiException the client would have raised.
-    """
-    response = await request
-    try:
-        data = await response.read()
-    finally:
-        response.release()
-    if not 200 <= response.status <= 299:
-        raise ApiException(http_resp=RESTResponse(response, data))  # type: ignore[arg-type] # as the client does
-    return orjson.loads(data) if data else None
-
-
-@dataclass
 class Kube:
-    """The API groups the operator needs, sharing one connection pool."""
+    """Requests to one API server, over one connection pool.
 
-    api: client.ApiClient
-    core: client.CoreV1Api
-    custom: client.CustomObjectsApi
-    #: The client's own session, which owns the connection pool; closed last (see _no_environment).
-    pool_owner: aiohttp.ClientSession | None = None
+    The session is made at the first request (it belongs to the event loop that sends), with
+    ``trust_env=False``: the operator never goes through the environment's proxies, and aiohttp
+    would otherwise read the proxy variables and look ``~/.netrc`` up in a worker thread on
+    every request (about a fifth of a replica's CPU at 1,000 jobs, when kubernetes_asyncio did so).
+    """
+
+    def __init__(self, endpoint: kubeconfig.Endpoint) -> None:
+        self.endpoint = endpoint
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Lines of a watch may be one whole object: 2 MB, as client-go allows.
+            self._session = aiohttp.ClientSession(trust_env=False, read_bufsize=2**21)
+        return self._session
 
     async def close(self) -> None:
-        await self.api.close()
-        if self.pool_owner is not None:
-            await self.pool_owner.close()
+        if self._session is not None:
+            await self._session.close()
+
+    async def _send(
+        self, method: str, where: str, body: Any, params: Mapping[str, Any] | None, content_type: str, timeout_s: float
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": "application/json"}
+        if self.endpoint.authorization is not None:
+            header = await self.endpoint.authorization()
+            if header:
+                headers["Authorization"] = header
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            headers["Content-Type"] = content_type
+        return await self.session.request(
+            method,
+            self.endpoint.server + where,
+            params=_query(params),
+            data=data,
+            headers=headers,
+            ssl=self.endpoint.ssl if self.endpoint.ssl is not None else True,
+            server_hostname=self.endpoint.server_hostname,
+            proxy=self.endpoint.proxy,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        )
+
+    async def request(
+        self,
+        method: str,
+        where: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> Any:
+        """One request; the reply's JSON. An error status raises :class:`ApiException`."""
+        async with await self._send(method, where, body, params, content_type, timeout_s) as response:
+            data = await response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException.of(response.status, response.reason, data, response.headers)
+        return orjson.loads(data) if data else None
+
+    async def stream(self, where: str, params: Mapping[str, Any], timeout_s: float) -> aiohttp.ClientResponse:
+        """A request whose reply is read as it comes (a watch): the open response, for the caller
+        to read and release. An error status raises :class:`ApiException`."""
+        response = await self._send("GET", where, None, params, "application/json", timeout_s)
+        if not 200 <= response.status <= 299:
+            try:
+                data = await response.read()
+            finally:
+                response.release()
+            raise ApiException.of(response.status, response.reason, data, response.headers)
+        return response
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        await call(
-            f"annotating job {namespace}/{name}",
-            lambda: self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, JOBS, name, {"metadata": {"annotations": annotations}}, _content_type=MERGE
-            ),  # type: ignore[call-arg]
-        )
+        await self.patch_job(namespace, name, {"metadata": {"annotations": annotations}})
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(
-            await call(
-                f"reading job {namespace}/{name}",
-                lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name),
-            )
+            await call(f"reading job {namespace}/{name}", lambda: self.request("GET", path(JOBS, namespace, name)))
         )
 
     async def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
         """The AnarchonJobs of ``namespace`` (every namespace if None), by namespace and name."""
-        if namespace is None:
-            listing = await call("listing jobs", lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, JOBS))
-        else:
-            listing = await call(
-                f"listing jobs of {namespace}",
-                lambda: self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, JOBS),
-            )
+        where = path(JOBS, namespace)
+        listing = await call(f"listing jobs of {namespace or 'every namespace'}", lambda: self.request("GET", where))
         items = list(listing.get("items") or [])
         items.sort(key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"]))
         return items
@@ -184,9 +255,7 @@ class Kube:
         """A JSON merge patch of the job (spec and metadata; its status has :meth:`patch_job_status`)."""
         await call(
             f"patching job {namespace}/{name}",
-            lambda: self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, JOBS, name, patch, _content_type=MERGE
-            ),  # type: ignore[call-arg]
+            lambda: self.request("PATCH", path(JOBS, namespace, name), patch, content_type=MERGE),
         )
 
     async def patch_job_status(
@@ -205,9 +274,7 @@ class Kube:
         try:
             await call(
                 f"status of job {namespace}/{name}",
-                lambda: self.custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, namespace, JOBS, name, body, _content_type=MERGE
-                ),  # type: ignore[call-arg]
+                lambda: self.request("PATCH", path(JOBS, namespace, name, "status"), body, content_type=MERGE),
             )
         except ApiException as exc:
             if if_version and exc.status == 409:
@@ -220,53 +287,24 @@ class CredentialsError(Exception):
     """No usable Kubernetes credentials: no kubeconfig, an unreadable one, no service account."""
 
 
-async def connect(kubeconfig: str | None = None, *, api_concurrency: int | None = None) -> Kube:
+async def connect(config_file: str | None = None, *, api_concurrency: int | None = None) -> Kube:
     """Connect with the given kubeconfig, ``$KUBECONFIG``, or the in-cluster service account.
 
     ``api_concurrency`` sets the turns of this event loop's requests (default API_CONCURRENCY).
 
-    Raises :class:`CredentialsError`, in one line that says where it looked, when none of them
-    gives credentials (the client's own message alone, "Invalid kube-config file. Expected key
-    current-context", does not say what to do).
+    Raises :class:`CredentialsError`, in one line that says where it looked and what to do,
+    when none of them gives credentials.
     """
-    cfg = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    in_cluster = not path and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    where = "the Pod's service account" if in_cluster else f"kubeconfig {path or '~/.kube/config'}"
     advice = "pass --kubeconfig FILE, set KUBECONFIG, or run in a Pod with a service account"
-    # Looked for here, as the client would only log a warning and then fail on an empty config.
-    file = path or "~/.kube/config"
-    if not in_cluster and not await asyncio.to_thread(lambda: os.path.isfile(os.path.expanduser(file))):
-        raise CredentialsError(f"no Kubernetes credentials: {where} does not exist; {advice}")
     try:
-        if in_cluster:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            await config.load_kube_config(config_file=path, client_configuration=cfg)
-    except Exception as exc:  # a malformed file raises anything from ConfigException to TypeError
-        reason = " ".join(str(exc).split()) if isinstance(exc, config.ConfigException) else "not a kubeconfig"
-        raise CredentialsError(f"no usable Kubernetes credentials in {where} ({reason}); {advice}") from None
-    api = client.ApiClient(configuration=cfg)
+        endpoint = await kubeconfig.load(config_file)
+    except kubeconfig.ConfigError as exc:
+        if exc.missing:
+            raise CredentialsError(f"no Kubernetes credentials: {exc.where} {exc.reason}; {advice}") from None
+        raise CredentialsError(f"no usable Kubernetes credentials in {exc.where} ({exc.reason}); {advice}") from None
     if api_concurrency is not None:
         _turns[asyncio.get_running_loop()] = asyncio.Semaphore(api_concurrency)
-    return Kube(
-        api=api, core=client.CoreV1Api(api), custom=client.CustomObjectsApi(api), pool_owner=_no_environment(api)
-    )
-
-
-def _no_environment(api: client.ApiClient) -> aiohttp.ClientSession:
-    """Send the client's requests through a session that ignores proxy variables and ``.netrc``.
-
-    kubernetes_asyncio makes its session with ``trust_env=True``: aiohttp then reads the proxy
-    variables and looks ``~/.netrc`` up in a worker thread on every request, about a fifth of
-    a replica's CPU at 1,000 jobs. The new session shares the old one's connection pool, so
-    the old one stays open (it owns the pool) until :meth:`Kube.close`.
-    """
-    owner: aiohttp.ClientSession = api.rest_client.pool_manager
-    api.rest_client.pool_manager = aiohttp.ClientSession(
-        connector=owner.connector, connector_owner=False, trust_env=False, read_bufsize=2**21
-    )
-    return owner
+    return Kube(endpoint)
 
 
 def is_status(exc: BaseException, *codes: int) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import ApiException, Kube, json_of
+from .client import ApiException, Kube, path
 from .constants import API_VERSION, JOB_KIND, MERGE
 from .spec import JobSpec
 
@@ -110,9 +110,7 @@ class EventPoster:
             if seen is None:
                 body = self._new(namespace, event, name, uid, kind, reason, event_type, message, now)
                 try:
-                    written = await json_of(
-                        self.kube.core.create_namespaced_event(namespace, body, _preload_content=False)  # type: ignore[arg-type]
-                    )
+                    written = await self.kube.request("POST", path("events", namespace), body)
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
@@ -127,14 +125,8 @@ class EventPoster:
                     "message": message,
                 }
                 try:
-                    written = await json_of(
-                        self.kube.core.patch_namespaced_event(
-                            event,
-                            namespace,
-                            patch,
-                            _content_type=MERGE,  # type: ignore[call-arg]
-                            _preload_content=False,
-                        )
+                    written = await self.kube.request(
+                        "PATCH", path("events", namespace, event), patch, content_type=MERGE
                     )
                 except ApiException as exc:
                     if exc.status == 404:
@@ -150,7 +142,7 @@ class EventPoster:
 
     async def _read(self, namespace: str, event: str) -> _Seen | None:
         try:
-            current = await json_of(self.kube.core.read_namespaced_event(event, namespace, _preload_content=False))
+            current = await self.kube.request("GET", path("events", namespace, event))
         except ApiException as exc:
             if exc.status == 404:
                 return None

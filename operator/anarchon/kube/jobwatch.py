@@ -27,7 +27,7 @@ from typing import Any
 from ..engine.clock import SystemClock
 from ..engine.retry import Backoff, retry
 from .client import Kube, transient
-from .constants import GROUP, JOBS, VERSION
+from .constants import JOBS
 from .watching import ScopedWatch, uid_of
 
 log = logging.getLogger("anarchon.kube.jobwatch")
@@ -43,6 +43,7 @@ class JobWatch(ScopedWatch):
     """Hands every change of the AnarchonJobs in scope to ``handle``, one at a time per job."""
 
     what = "AnarchonJobs"
+    resource = JOBS
 
     def __init__(
         self, kube: Kube, handle: Handler, namespaces: Sequence[str] = (), *, server_timeout_s: int = 300
@@ -71,20 +72,6 @@ class JobWatch(ScopedWatch):
             await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
 
     # -- the watch -------------------------------------------------------------------------------
-
-    async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
-        custom = self.kube.custom
-        if scope:
-            listing = await custom.list_namespaced_custom_object(GROUP, VERSION, scope, JOBS)
-        else:
-            listing = await custom.list_cluster_custom_object(GROUP, VERSION, JOBS)
-        return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
-
-    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
-        custom = self.kube.custom
-        if scope:
-            return await custom.list_namespaced_custom_object(GROUP, VERSION, scope, JOBS, **options)
-        return await custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **options)
 
     def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
         present = {uid_of(obj) for obj in items}

@@ -7,13 +7,12 @@ the run's name alone: that is what makes adoption possible after the runner died
 from __future__ import annotations
 
 import copy
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .client import ApiException, Kube, call, json_of
+from .client import ApiException, Kube, call, path
 from .constants import (
     ANNOTATION_INSTANCE,
     ANNOTATION_SCHEDULED_AT,
@@ -195,9 +194,7 @@ async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, An
     """Every Pod of a run, oldest try first, and within a try oldest attempt first."""
     listing = await call(
         f"listing Pods of run {namespace}/{run}",
-        lambda: json_of(
-            kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_RUN}={run}", _preload_content=False)
-        ),
+        lambda: kube.request("GET", path("pods", namespace), params={"labelSelector": f"{LABEL_RUN}={run}"}),
     )
     items: list[dict[str, Any]] = list(listing.get("items") or [])
     items.sort(
@@ -210,7 +207,7 @@ async def read_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | No
     try:
         pod: dict[str, Any] = await call(
             f"reading Pod {namespace}/{name}",
-            lambda: json_of(kube.core.read_namespaced_pod(name, namespace, _preload_content=False)),
+            lambda: kube.request("GET", path("pods", namespace, name)),
         )
         return pod
     except ApiException as exc:
@@ -231,7 +228,7 @@ async def create_pod(kube: Kube, body: dict[str, Any]) -> tuple[dict[str, Any], 
     try:
         created: dict[str, Any] = await call(
             f"creating Pod {namespace}/{name}",
-            lambda: json_of(kube.core.create_namespaced_pod(namespace, body, _preload_content=False)),  # type: ignore[arg-type]
+            lambda: kube.request("POST", path("pods", namespace), body),
         )
         return created, True
     except ApiException as exc:
@@ -252,13 +249,10 @@ async def delete_pod(
         body["gracePeriodSeconds"] = grace_seconds
     if if_version is not None:
         body["preconditions"] = {"resourceVersion": if_version}
-    options: dict[str, Any] = {"body": body} if body else {}
-
-    def delete() -> Awaitable[object]:
-        return json_of(kube.core.delete_namespaced_pod(name, namespace, _preload_content=False, **options))
 
     try:
-        await call(f"deleting Pod {namespace}/{name}", delete)
+        where = path("pods", namespace, name)
+        await call(f"deleting Pod {namespace}/{name}", lambda: kube.request("DELETE", where, body or None))
     except ApiException as exc:
         if exc.status == 409 and if_version is not None:
             return False

@@ -61,6 +61,8 @@ class PodWatch(ScopedWatch):
     """Wakes whoever registered interest in a Pod when the API server reports a change to it."""
 
     what = "Pods"
+    resource = "pods"
+    list_limit = 1
 
     def __init__(
         self,
@@ -94,18 +96,8 @@ class PodWatch(ScopedWatch):
 
     async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
         """Only the version: the Pods themselves are read by their runners."""
-        core = self.kube.core
-        if scope:
-            listing = await core.list_namespaced_pod(scope, label_selector=self.selector, limit=1)
-        else:
-            listing = await core.list_pod_for_all_namespaces(label_selector=self.selector, limit=1)
-        return [], str(listing.metadata.resource_version)
-
-    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
-        core = self.kube.core
-        if scope:
-            return await core.list_namespaced_pod(scope, label_selector=self.selector, **options)
-        return await core.list_pod_for_all_namespaces(label_selector=self.selector, **options)
+        _, version = await super()._list(scope)
+        return [], version
 
     def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
         self._reread(scope)  # anything may have changed while nobody watched

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .client import Kube
-from .constants import GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS, VERSION
+from .constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
 from .watching import ScopedWatch
 
 Key = tuple[str, str]  # namespace, name
@@ -64,6 +64,7 @@ class RunCache(ScopedWatch):
     """The AnarchonRuns of every watched namespace, by job."""
 
     what = "AnarchonRuns"
+    resource = RUNS
 
     def __init__(self, kube: Kube, namespaces: Sequence[str] = (), *, server_timeout_s: int = 300) -> None:
         super().__init__(kube, namespaces, server_timeout_s=server_timeout_s)
@@ -107,24 +108,6 @@ class RunCache(ScopedWatch):
         self._index(key, _job(obj))
 
     # -- the watch -------------------------------------------------------------------------------
-
-    async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
-        custom = self.kube.custom
-        if scope:
-            listing = await custom.list_namespaced_custom_object(
-                GROUP, VERSION, scope, RUNS, label_selector=self.selector
-            )
-        else:
-            listing = await custom.list_cluster_custom_object(GROUP, VERSION, RUNS, label_selector=self.selector)
-        return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
-
-    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
-        custom = self.kube.custom
-        if scope:
-            return await custom.list_namespaced_custom_object(
-                GROUP, VERSION, scope, RUNS, label_selector=self.selector, **options
-            )
-        return await custom.list_cluster_custom_object(GROUP, VERSION, RUNS, label_selector=self.selector, **options)
 
     def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
         for key in [k for k in self._runs if not scope or k[0] == scope]:

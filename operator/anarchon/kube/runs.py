@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import ApiException, Kube, call
+from .client import ApiException, Kube, call, path
 from .constants import (
     API_VERSION,
-    GROUP,
     JOB_KIND,
     LABEL_JOB,
     LABEL_MANAGED_BY,
@@ -25,7 +24,6 @@ from .constants import (
     MANAGED_BY,
     RUN_KIND,
     RUNS,
-    VERSION,
 )
 from .spec import JobSpec, run_name, slot_time
 
@@ -89,7 +87,7 @@ async def ensure_run(kube: Kube, spec: JobSpec, slot: int, trigger: str) -> dict
     try:
         created = await call(
             f"creating run {name}",
-            lambda: kube.custom.create_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, body),
+            lambda: kube.request("POST", path(RUNS, spec.namespace), body),
         )
         return dict(created)
     except ApiException as exc:
@@ -98,7 +96,7 @@ async def ensure_run(kube: Kube, spec: JobSpec, slot: int, trigger: str) -> dict
     return dict(
         await call(
             f"reading run {name}",
-            lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, spec.namespace, RUNS, name),
+            lambda: kube.request("GET", path(RUNS, spec.namespace, name)),
         )
     )
 
@@ -142,7 +140,7 @@ async def update_status(
         body, held.body = held.body, None  # used once: a retry (conflict, lost reply) reads afresh
         if body is None:
             try:
-                body = dict(await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name))
+                body = dict(await kube.request("GET", path(RUNS, namespace, name)))
             except ApiException as exc:
                 if exc.status == 404:
                     return False
@@ -157,9 +155,7 @@ async def update_status(
             return True
         body["status"] = new
         try:
-            written = await kube.custom.replace_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, RUNS, name, body
-            )
+            written = await kube.request("PUT", path(RUNS, namespace, name, "status"), body)
         except ApiException as exc:
             if exc.status == 409:
                 raise _Conflict() from exc
@@ -391,9 +387,7 @@ async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trig
 async def list_runs(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:
     listing = await call(
         f"listing runs of {namespace}/{job}",
-        lambda: kube.custom.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, RUNS, label_selector=f"{LABEL_JOB}={job}"
-        ),
+        lambda: kube.request("GET", path(RUNS, namespace), params={"labelSelector": f"{LABEL_JOB}={job}"}),
     )
     items = list(listing.get("items") or [])
     items.sort(key=lambda r: int((r.get("spec") or {}).get("slot") or 0))
@@ -404,9 +398,7 @@ async def delete_run(kube: Kube, namespace: str, name: str) -> None:
     try:
         await call(
             f"deleting run {namespace}/{name}",
-            lambda: kube.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, RUNS, name, propagation_policy="Background"
-            ),
+            lambda: kube.request("DELETE", path(RUNS, namespace, name), params={"propagationPolicy": "Background"}),
         )
     except ApiException as exc:
         if exc.status != 404:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-import aiohttp
 import orjson
 
-from .client import ApiException, Kube
+from .client import ApiException, Kube, path
 
 log = logging.getLogger("anarchon.kube.watching")
 
@@ -27,6 +26,11 @@ class ScopedWatch:
 
     #: What is watched, for logs and task names.
     what = "objects"
+    #: The resource (its URL path's plural) and the label selector the server filters it by.
+    resource = ""
+    selector: str | None = None
+    #: Objects per listing at most (None: all); a subclass that needs only the version asks for 1.
+    list_limit: int | None = None
 
     def __init__(self, kube: Kube, namespaces: Sequence[str] = (), *, server_timeout_s: int = 300) -> None:
         self.kube = kube
@@ -54,11 +58,9 @@ class ScopedWatch:
 
     async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
         """The scope's objects (as API dicts) and the listing's resourceVersion."""
-        raise NotImplementedError
-
-    async def _open(self, scope: str, options: dict[str, Any]) -> Any:
-        """Start the watch request with ``options`` (watch=True, no preloading): its raw response."""
-        raise NotImplementedError
+        params = {"labelSelector": self.selector, "limit": self.list_limit}
+        listing = await self.kube.request("GET", path(self.resource, scope or None), params=params)
+        return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
 
     def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
         """The scope was listed afresh (at start, or after the watch broke off): ``items`` is all of it."""
@@ -93,16 +95,14 @@ class ScopedWatch:
 
     async def _watch(self, scope: str, version: str) -> None:
         while True:
-            options: dict[str, Any] = {
+            params = {
                 "watch": True,
-                "allow_watch_bookmarks": True,
-                "resource_version": version,
-                "timeout_seconds": self.server_timeout_s,
-                "_preload_content": False,
-                "_request_timeout": self.server_timeout_s + 30,
+                "allowWatchBookmarks": True,
+                "resourceVersion": version,
+                "timeoutSeconds": self.server_timeout_s,
+                "labelSelector": self.selector,
             }
-            # Without preloading, the client hands back the raw aiohttp response to stream from.
-            response = cast(aiohttp.ClientResponse, await self._open(scope, options))
+            response = await self.kube.stream(path(self.resource, scope or None), params, self.server_timeout_s + 30)
             try:
                 async for line in response.content:
                     if not line.strip():
@@ -112,7 +112,7 @@ class ScopedWatch:
                     if event.get("type") == "ERROR":
                         if obj.get("code") == 410:
                             return  # our version is too old for the server: list again
-                        raise ApiException(status=obj.get("code"), reason=str(obj.get("message")))
+                        raise ApiException.of(int(obj.get("code") or 0), str(obj.get("reason") or ""), line)
                     version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                     if event.get("type") != "BOOKMARK":
                         self._event(str(event.get("type")), obj)
