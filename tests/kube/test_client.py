@@ -7,6 +7,7 @@ which hands only ``exec`` plugins and auth providers to kubernetes_asyncio's loa
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import json
 import os
@@ -228,3 +229,30 @@ async def test_tls_is_verified_unless_the_kubeconfig_says_to_skip_it(
     finally:
         await kube.close()
     assert kubeconfig.current_namespace(str(skipping)) == "ns-of-x"
+
+
+@pytest.mark.parametrize("embedded", [False, True], ids=["files", "data"])
+async def test_client_certificates_authenticate(control_plane: ControlPlane, tmp_path: Path, embedded: bool) -> None:
+    """A kubeconfig user with a client certificate and key (as files, or embedded as base64):
+    the API server takes the client for the certificate's CN."""
+    pki = control_plane.ca_file.parent
+    cert, key = pki / "kubelet-client.crt", pki / "kubelet-client.key"  # CN kube-apiserver-kubelet-client
+    if embedded:
+        user = {
+            "client-certificate-data": base64.b64encode(cert.read_bytes()).decode(),
+            "client-key-data": base64.b64encode(key.read_bytes()).decode(),
+        }
+        cluster = {
+            "server": control_plane.server,
+            "certificate-authority-data": base64.b64encode(control_plane.ca_file.read_bytes()).decode(),
+        }
+    else:
+        user = {"client-certificate": str(cert), "client-key": str(key)}
+        cluster = {"server": control_plane.server, "certificate-authority": str(control_plane.ca_file)}
+    cfg = tmp_path / "config"
+    cfg.write_text(json.dumps(_config(control_plane, cluster, user)))
+    kube = await connect(str(cfg))
+    try:
+        assert await _who(kube) == "kube-apiserver-kubelet-client"
+    finally:
+        await kube.close()
