@@ -17,7 +17,7 @@ import ssl
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,6 @@ class Endpoint:
     authorization: Callable[[], Awaitable[str | None]] | None = None
     #: Where it came from, for messages: "the Pod's service account" or the kubeconfig's path.
     source: str = ""
-    #: What the fallback loader keeps alive (the refresh of an exec plugin's token).
-    keep: Any = field(default=None, repr=False)
 
 
 class _TokenFile:
@@ -224,7 +222,6 @@ async def _by_the_library(path: str, where: str) -> Endpoint:
         proxy=cfg.proxy,
         authorization=header,
         source=where,
-        keep=cfg,
     )
 
 

@@ -120,10 +120,12 @@ async def run_operator(cfg: OperatorConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "instance %s on store %s, watching %s",
+        "instance %s on store %s, watching %s on %s (credentials: %s)",
         cfg.instance_id,
         backend.capabilities.name,
         ",".join(cfg.namespaces) or "all namespaces",
+        kube.endpoint.server,
+        kube.endpoint.source,
     )
     try:
         await stop.wait()
