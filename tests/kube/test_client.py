@@ -33,6 +33,15 @@ async def _who(kube: Any) -> str:
     return str(review["status"]["userInfo"]["username"])
 
 
+async def _who_with(config_file: Path) -> str:
+    """The user the API server takes a client connected with ``config_file`` for."""
+    kube = await connect(str(config_file))
+    try:
+        return await _who(kube)
+    finally:
+        await kube.close()
+
+
 def _config(cp: ControlPlane, cluster: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -200,11 +209,7 @@ async def test_an_exec_plugin_gives_the_token(control_plane: ControlPlane, tmp_p
     cluster = {"server": control_plane.server, "certificate-authority": str(control_plane.ca_file)}
     cfg = tmp_path / "config"
     cfg.write_text(json.dumps(_config(control_plane, cluster, user)))
-    kube = await connect(str(cfg))
-    try:
-        assert await _who(kube) == "alice"
-    finally:
-        await kube.close()
+    assert await _who_with(cfg) == "alice"
 
 
 async def test_tls_is_verified_unless_the_kubeconfig_says_to_skip_it(
@@ -223,11 +228,7 @@ async def test_tls_is_verified_unless_the_kubeconfig_says_to_skip_it(
     skipping.write_text(
         json.dumps(_config(control_plane, {"server": control_plane.server, "insecure-skip-tls-verify": True}, token))
     )
-    kube = await connect(str(skipping))
-    try:
-        assert await _who(kube) == "alice"
-    finally:
-        await kube.close()
+    assert await _who_with(skipping) == "alice"
     assert kubeconfig.current_namespace(str(skipping)) == "ns-of-x"
 
 
@@ -251,8 +252,4 @@ async def test_client_certificates_authenticate(control_plane: ControlPlane, tmp
         cluster = {"server": control_plane.server, "certificate-authority": str(control_plane.ca_file)}
     cfg = tmp_path / "config"
     cfg.write_text(json.dumps(_config(control_plane, cluster, user)))
-    kube = await connect(str(cfg))
-    try:
-        assert await _who(kube) == "kube-apiserver-kubelet-client"
-    finally:
-        await kube.close()
+    assert await _who_with(cfg) == "kube-apiserver-kubelet-client"
