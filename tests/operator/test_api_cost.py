@@ -95,7 +95,9 @@ def test_a_new_jobs_status_is_written_once_whatever_the_number_of_replicas(
 
         cluster.wait(watching, timeout=60, what="every replica watching the jobs")
         for name in jobs:
-            cluster.apply(job_manifest(name, suspend=True))
+            # Hourly: an every-2s job's next slot passes while the test runs, and a replica that
+            # handles an event after that rightly writes the new one (a second write, not a first).
+            cluster.apply(job_manifest(name, suspend=True, every="1h"))
         cluster.wait(
             lambda: all((cluster.get("anarchonjob", n).get("status") or {}).get("schedule") for n in jobs),
             what="every job's status",
