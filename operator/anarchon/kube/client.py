@@ -200,7 +200,7 @@ class Kube:
             params=_query(params),
             data=data,
             headers=headers,
-            ssl=self.endpoint.ssl if self.endpoint.ssl is not None else True,
+            ssl=self.endpoint.ssl or True,  # True: aiohttp's default (plain HTTP has none)
             server_hostname=self.endpoint.server_hostname,
             proxy=self.endpoint.proxy,
             timeout=aiohttp.ClientTimeout(total=timeout_s),

@@ -45,8 +45,8 @@ class Endpoint:
     """The API server's URL, the TLS to reach it with, and the bearer token to send (if any)."""
 
     server: str
-    #: An SSL context (the CA, client certificates), False to skip verification, None for plain HTTP.
-    ssl: ssl.SSLContext | bool | None = None
+    #: The TLS to reach an https:// server with (its CA, client certificates); None for plain HTTP.
+    ssl: ssl.SSLContext | None = None
     #: The name the server's certificate must carry, when it is not the URL's host.
     server_hostname: str | None = None
     proxy: str | None = None
@@ -92,18 +92,30 @@ def _service_account() -> Endpoint:
     host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     if ":" in host:  # IPv6
         host = f"[{host}]"
-    context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
     return Endpoint(
         server=f"https://{host}:{port}",
-        ssl=context,
+        ssl=_tls(str(SERVICE_ACCOUNT / "ca.crt"), verify=True),
         authorization=_TokenFile(str(SERVICE_ACCOUNT / "token")),
         source=where,
     )
 
 
+def _given(kubeconfig: str | None) -> str:
+    """The kubeconfig named, else ``$KUBECONFIG`` (paths joined by os.pathsep), else kubectl's default."""
+    return kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
 def _paths(kubeconfig: str | None) -> list[Path]:
-    given = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-    return [Path(p).expanduser() for p in given.split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in _given(kubeconfig).split(os.pathsep) if p]
+
+
+def _tls(cafile: str | None, *, verify: bool) -> ssl.SSLContext:
+    """TLS trusting ``cafile`` (the system's CAs if None), or checking nothing if not ``verify``."""
+    context = ssl.create_default_context(cafile=cafile)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _merged(paths: list[Path]) -> dict[str, Any]:
@@ -164,16 +176,12 @@ def _from_entries(cluster: dict[str, Any], user: dict[str, Any], dirs: tuple[Pat
     if not server:
         raise ConfigError(where, "the cluster has no server")
     cluster_dir, user_dir = dirs
-    context: ssl.SSLContext | bool | None = None
+    context: ssl.SSLContext | None = None
     if server.startswith("https://"):
-        if cluster.get("insecure-skip-tls-verify"):
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        else:
-            ca_data, ca_file = cluster.get("certificate-authority-data"), cluster.get("certificate-authority")
-            with _file_of(ca_data, ca_file, cluster_dir) as ca:
-                context = ssl.create_default_context(cafile=ca)
+        verify = not cluster.get("insecure-skip-tls-verify")
+        ca_data, ca_file = cluster.get("certificate-authority-data"), cluster.get("certificate-authority")
+        with _file_of(ca_data if verify else None, ca_file if verify else None, cluster_dir) as ca:
+            context = _tls(ca, verify=verify)
         with (
             _file_of(user.get("client-certificate-data"), user.get("client-certificate"), user_dir) as cert,
             _file_of(user.get("client-key-data"), user.get("client-key"), user_dir) as key,
@@ -202,12 +210,9 @@ async def _by_the_library(path: str, where: str) -> Endpoint:
     cfg = client.Configuration()
     await config.load_kube_config(config_file=path, client_configuration=cfg)
     host = str(cfg.host or "")
-    context: ssl.SSLContext | bool | None = None
+    context: ssl.SSLContext | None = None
     if host.startswith("https://"):
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if not cfg.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+        context = _tls(cfg.ssl_ca_cert, verify=bool(cfg.verify_ssl))
         if cfg.cert_file:
             context.load_cert_chain(cfg.cert_file, cfg.key_file)
 
@@ -229,7 +234,7 @@ def where(kubeconfig: str | None) -> str:
     """Where credentials are looked for, as messages say it."""
     if in_cluster(kubeconfig):
         return "the Pod's service account"
-    return f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+    return f"kubeconfig {_given(kubeconfig)}"
 
 
 async def load(kubeconfig: str | None) -> Endpoint:
@@ -251,7 +256,7 @@ async def load(kubeconfig: str | None) -> Endpoint:
             raise ConfigError(place, f"cluster {cluster_name!r} of the current context is not among its clusters")
         user = merged["users"].get(user_name) or {}
         if user.get("exec") or user.get("auth-provider"):
-            return await _by_the_library(str(kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"), place)
+            return await _by_the_library(_given(kubeconfig), place)
         if user.get("username") or user.get("password"):
             raise ConfigError(place, "basic authentication (username and password) is not supported")
         dirs = (merged["dirs"][("clusters", cluster_name)], merged["dirs"].get(("users", user_name), paths[0].parent))
