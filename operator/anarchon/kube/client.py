@@ -185,6 +185,7 @@ class Kube:
     async def _send(
         self, method: str, where: str, body: Any, params: Mapping[str, Any] | None, content_type: str, timeout_s: float
     ) -> aiohttp.ClientResponse:
+        """The response, open; an error status raises :class:`ApiException` (the response released)."""
         headers = {"Accept": "application/json"}
         if self.endpoint.authorization is not None:
             header = await self.endpoint.authorization()
@@ -194,7 +195,7 @@ class Kube:
         if body is not None:
             data = orjson.dumps(body)
             headers["Content-Type"] = content_type
-        return await self.session.request(
+        response = await self.session.request(
             method,
             self.endpoint.server + where,
             params=_query(params),
@@ -205,6 +206,13 @@ class Kube:
             proxy=self.endpoint.proxy,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         )
+        if not 200 <= response.status <= 299:
+            try:
+                data = await response.read()
+            finally:
+                response.release()
+            raise ApiException.of(response.status, response.reason, data, response.headers)
+        return response
 
     async def request(
         self,
@@ -219,21 +227,12 @@ class Kube:
         """One request; the reply's JSON. An error status raises :class:`ApiException`."""
         async with await self._send(method, where, body, params, content_type, timeout_s) as response:
             data = await response.read()
-            if not 200 <= response.status <= 299:
-                raise ApiException.of(response.status, response.reason, data, response.headers)
         return orjson.loads(data) if data else None
 
     async def stream(self, where: str, params: Mapping[str, Any], timeout_s: float) -> aiohttp.ClientResponse:
         """A request whose reply is read as it comes (a watch): the open response, for the caller
         to read and release. An error status raises :class:`ApiException`."""
-        response = await self._send("GET", where, None, params, "application/json", timeout_s)
-        if not 200 <= response.status <= 299:
-            try:
-                data = await response.read()
-            finally:
-                response.release()
-            raise ApiException.of(response.status, response.reason, data, response.headers)
-        return response
+        return await self._send("GET", where, None, params, "application/json", timeout_s)
 
     async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         await self.patch_job(namespace, name, {"metadata": {"annotations": annotations}})
