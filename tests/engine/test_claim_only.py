@@ -10,6 +10,7 @@ restart), and the NATS duplicate window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from anarchon.engine import (
     Backend,
     ClaimOutcome,
     ClaimRequest,
+    ClaimResult,
     ConfigError,
     LeaseBackend,
     Overlap,
@@ -470,19 +472,47 @@ async def test_rabbitmq_claim_survives_broker_restart(amqp_url: str, job_name: s
         await backend.close()
 
 
-async def test_rabbitmq_mismatched_expiry_is_a_clear_error(amqp_url: str, job_name: str) -> None:
+@contextlib.asynccontextmanager
+async def _claimed_with_other_expiry(amqp_url: str, job: str) -> AsyncIterator[RabbitMQBackend]:
+    """A backend whose queues expire later than those of another that has just won ``job@NOW``."""
     first = RabbitMQBackend(amqp_url, expires_ms=60_000)
     other = RabbitMQBackend(amqp_url, expires_ms=120_000)
     await first.setup()
     await other.setup()
     try:
-        assert (await first.claim(req(job_name, NOW))).won
-        with pytest.raises(StoreError, match="same expires_ms"):
-            await other.claim(req(job_name, NOW))
-        assert (await other.claim(req(job_name, NOW + SLOT))).won  # the channel was reopened
+        assert (await first.claim(req(job, NOW))).won
+        yield other
     finally:
         await first.close()
         await other.close()
+
+
+async def test_rabbitmq_mismatched_expiry_is_a_clear_error(amqp_url: str, job_name: str) -> None:
+    async with _claimed_with_other_expiry(amqp_url, job_name) as other:
+        with pytest.raises(StoreError, match="same expires_ms"):
+            await other.claim(req(job_name, NOW))
+        assert (await other.claim(req(job_name, NOW + SLOT))).won  # the channel was reopened
+
+
+async def test_rabbitmq_a_channel_error_fails_only_its_own_claim(amqp_url: str, job_name: str) -> None:
+    """AMQP closes a channel on any error of one of its operations, and fails all the others.
+
+    Claims in flight on a shared channel would fail with the one that erred (CI saw a
+    broker race on one queue fail another slot's claim after its publish, an unknown
+    outcome: the engine's retry is then nacked and the slot lost). Each claim in flight
+    has its own channel, so here only the refused declare fails.
+    """
+    async with _claimed_with_other_expiry(amqp_url, job_name) as other:
+        slots = [NOW + n * SLOT for n in range(1, 41)]
+        results = await asyncio.gather(
+            other.claim(req(job_name, NOW)),  # refused: PRECONDITION_FAILED closes its channel
+            *(other.claim(req(job_name, slot)) for slot in slots),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], StoreError) and "same expires_ms" in str(results[0])
+        failed = [r for r in results[1:] if isinstance(r, BaseException)]
+        assert not failed, f"{len(failed)} of 40 claims failed with the refused one: {failed[0]}"
+        assert all(isinstance(r, ClaimResult) and r.won for r in results[1:])
 
 
 def test_rabbitmq_window_validation() -> None:
@@ -494,18 +524,29 @@ def test_rabbitmq_window_validation() -> None:
 
 _WORKER = """
 import asyncio, json, sys, time
-from anarchon.engine import ClaimRequest, new_token
+from anarchon.engine import ClaimRequest, StoreError, new_token
 from anarchon.engine.backends import from_url
+from anarchon.engine.clock import SystemClock
+from anarchon.engine.retry import retry
 
 async def main():
     url, job, first, count, start_at, name = sys.argv[1:7]
     backend = from_url(url)
     await backend.setup()
     gate = asyncio.Semaphore(32)
+    clock = SystemClock()
 
     async def one(slot):
+        # As the scheduler claims: a store error is retried with the same token, so a claim
+        # that failed after it landed (an unknown outcome) shows up here as a lost slot.
+        request = ClaimRequest(job, slot, name, new_token(), 0, 6000)
         async with gate:
-            result = await backend.claim(ClaimRequest(job, slot, name, new_token(), 0, 6000))
+            result = await retry(
+                lambda: backend.claim(request),
+                clock=clock,
+                transient=lambda exc: isinstance(exc, StoreError),
+                deadline_ms=lambda: int(float(start_at) * 1000) + 60_000,
+            )
             return slot if result.won else None
 
     await asyncio.sleep(max(0.0, float(start_at) - time.time()))  # all processes start together

@@ -30,6 +30,13 @@ Why exactly one winner under connection loss
     reading the queue, because a fetched-but-unacknowledged message no longer counts towards
     the length limit and a concurrent publish would then be accepted.
 
+One channel per claim in flight
+    AMQP closes a channel at the first error of any operation on it and fails the others in
+    flight there. Claims in flight never share a channel (up to ``max_channels`` at once,
+    kept open for the next claims), so one claim's error cannot fail another's after its
+    publish. A claim that fails before its publish sent nothing that could win, and its
+    retry is safe; the error says which side of the publish it failed on.
+
 Clean-up and the claim window
     ``x-expires`` (``expires_ms``, default one hour) deletes a queue that nobody has declared
     for that long. A contender that arrives after the deletion would create the queue anew
@@ -60,6 +67,7 @@ import contextlib
 import hashlib
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
@@ -87,6 +95,7 @@ class RabbitMQBackend(Backend):
         queue_prefix: str = "anarchon.claim",
         expires_ms: int = DEFAULT_EXPIRES_MS,
         timeout_s: float = 30.0,
+        max_channels: int = 64,
         **connect_options: Any,
     ) -> None:
         if not _QUEUE_NAME.match(queue_prefix) or len(queue_prefix) > 100:
@@ -99,7 +108,9 @@ class RabbitMQBackend(Backend):
         self.timeout_s = timeout_s
         self._connect_options = connect_options
         self._connection: AbstractConnection | None = None
-        self._channel: AbstractChannel | None = None
+        self._idle: list[AbstractChannel] = []  # open, no claim on them
+        self._opened: set[AbstractChannel] = set()  # of the current connection
+        self._in_flight = asyncio.Semaphore(max_channels)
         self._lock = asyncio.Lock()
 
     @property
@@ -131,7 +142,8 @@ class RabbitMQBackend(Backend):
         return f"{self.queue_prefix}.h{hashlib.sha256(job.encode()).hexdigest()}.{slot}"
 
     async def setup(self) -> None:
-        await self._open_channel()
+        async with self._channel():
+            pass
 
     async def ping(self) -> None:
         """An open confirming channel, reconnecting if the connection was lost.
@@ -140,7 +152,8 @@ class RabbitMQBackend(Backend):
         trip, and a connection they found dead is closed, so reopening it here tests the
         broker for real.
         """
-        await self._open_channel()
+        async with self._channel():
+            pass
 
     @property
     def connection(self) -> AbstractConnection:
@@ -149,8 +162,31 @@ class RabbitMQBackend(Backend):
             raise StoreError("rabbitmq backend used before setup()")
         return self._connection
 
+    @contextlib.asynccontextmanager
+    async def _channel(self) -> AsyncIterator[AbstractChannel]:
+        """A confirming channel for one claim alone, kept for the next claim if it is still open.
+
+        AMQP closes a channel on the first error of any of its operations and fails every
+        other operation in flight on it. On a shared channel one claim's error (a refused
+        declare, a broker race on its queue) would fail the claims of other runs, some
+        after their publish, when the outcome is unknown and a retry is nacked: a lost
+        run. At most ``max_channels`` claims are in flight; the others wait for a channel.
+        """
+        async with self._in_flight:
+            channel = self._idle.pop() if self._idle else await self._open_channel()
+            try:
+                yield channel
+            except BaseException:
+                # Whatever is still pending on it (a late confirm) must not meet the next claim.
+                self._opened.discard(channel)
+                with contextlib.suppress(Exception):
+                    await channel.close()
+                raise
+            if not channel.is_closed and channel in self._opened:
+                self._idle.append(channel)
+
     async def _open_channel(self) -> AbstractChannel:
-        """The confirming channel, reconnecting when the connection or channel was lost.
+        """A new confirming channel, reconnecting when the connection was lost.
 
         A plain (not robust) connection on purpose: aio-pika's robust channels remember and
         re-declare every queue after a reconnect, which here would be every run ever claimed.
@@ -159,25 +195,27 @@ class RabbitMQBackend(Backend):
         from aio_pika.exceptions import AMQPError
 
         async with self._lock:
-            if self._channel is not None and not self._channel.is_closed:
-                return self._channel
             try:
                 if self._connection is not None and not self._connection.is_closed:
                     try:
-                        self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-                        return self._channel
+                        channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+                        self._opened.add(channel)
+                        return channel
                     except (AMQPError, RuntimeError):  # the connection died under us: start afresh
                         await self._drop()
                 self._connection = await aio_pika.connect(self.url, timeout=self.timeout_s, **self._connect_options)
-                self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+                channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             except (AMQPError, OSError, RuntimeError, TimeoutError) as exc:
                 await self._drop()
                 raise StoreError(f"rabbitmq: cannot connect to {redact(self.url)}: {exc}") from exc
-            return self._channel
+            self._opened.add(channel)
+            return channel
 
     async def _drop(self) -> None:
-        """Forget the connection (closing it if it still can be), so the next claim reconnects."""
-        connection, self._connection, self._channel = self._connection, None, None
+        """Forget the connection and its channels (closing it if it still can be), so the next claim reconnects."""
+        connection, self._connection = self._connection, None
+        self._idle.clear()
+        self._opened.clear()
         if connection is not None:
             with contextlib.suppress(Exception):
                 await connection.close()
@@ -186,12 +224,16 @@ class RabbitMQBackend(Backend):
         await self._drop()
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
+        name = self.queue_name(request.job, request.slot)
+        async with self._channel() as channel:
+            return await self._claim_on(channel, name, request)
+
+    async def _claim_on(self, channel: AbstractChannel, name: str, request: ClaimRequest) -> ClaimResult:
         import aio_pika
         from aio_pika.exceptions import AMQPError, ChannelPreconditionFailed, DeliveryError, PublishError
         from pamqp.commands import Basic
 
-        channel = await self._open_channel()
-        name = self.queue_name(request.job, request.slot)
+        published = False
         try:
             await channel.declare_queue(
                 name,
@@ -213,6 +255,7 @@ class RabbitMQBackend(Backend):
                 content_type="application/json",
                 message_id=name,
             )
+            published = True
             await channel.default_exchange.publish(message, routing_key=name, mandatory=True, timeout=self.timeout_s)
         except PublishError as exc:  # returned unroutable: the queue vanished between declare and publish
             raise StoreError(f"rabbitmq: claim queue {name} disappeared during the claim: {exc}") from exc
@@ -227,8 +270,10 @@ class RabbitMQBackend(Backend):
             ) from exc
         except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
             # A broken connection (OSError, or RuntimeError "closed" from aiormq) is dropped so
-            # that the next claim reconnects; the outcome of this one is unknown.
-            if isinstance(exc, OSError | RuntimeError) or self._channel is None or self._channel.is_closed:
+            # that the next claim reconnects. Before the publish nothing was sent that could
+            # win; after it the outcome is unknown (a retry is nacked if the message landed).
+            if isinstance(exc, OSError | RuntimeError):
                 await self._drop()
-            raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} failed: {exc}") from exc
+            stage = "after its publish, outcome unknown" if published else "before its publish"
+            raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} failed {stage}: {exc}") from exc
         return claim_only_win(request)
