@@ -397,6 +397,63 @@ async def test_the_store_looks_of_a_pass_are_made_once_per_period_not_at_every_p
     assert calls == {"history": 2, "prune": 2}, calls
 
 
+async def test_a_skip_is_looked_for_only_once_the_requests_queued_before_it_went_out(
+    spec: JobSpec, cluster: Cluster, control_plane: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under overload the reporter's create waits its turn behind its other requests, and so do
+    ours: looking for its run after a fixed 3 s made the other replicas write it too (a create,
+    a 409 and a read each, per skip: at 3,000 jobs more than half the requests of a minute).
+    Here this replica's one turn is held 8 s; the reporter writes the run at 5 s; nothing of
+    ours may create it."""
+    from weakref import WeakKeyDictionary
+
+    from anarchon.engine import Run
+    from anarchon.kube.listener import SKIP_WRITTEN_WITHIN_S, OperatorListener
+    from anarchon.kube.metrics import Metrics
+    from anarchon.kube.runcache import RunCache
+
+    monkeypatch.setattr(kube_client, "_turns", WeakKeyDictionary())  # this loop's turns: one
+    with ApiFaultProxy(control_plane) as proxy:
+        kube = await connect(str(proxy.kubeconfig), api_concurrency=1)
+        cache = RunCache(kube, [spec.namespace])
+        cache.start()
+        try:
+            await _until(lambda: cache.healthy, "the run cache listed")
+            listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me", run_cache=cache)
+            listener.bind(lambda job: spec, _no_refresh)
+            held = proxy.add(Fault("latency", seconds=8, verb="list", resource="configmaps", times=1))
+            ours = proxy.add(Fault("latency", seconds=0, verb="create", resource="anarchonruns"))
+            holding = asyncio.ensure_future(
+                kube_client.call(
+                    "the held request", lambda: kube.request("GET", kube_client.path("configmaps", spec.namespace))
+                )
+            )
+            await _until(lambda: held.fired, "our one turn held")
+            key = engine_key(spec.namespace, spec.name, spec.uid)
+            run = Run(key, NEW_SLOT, RunState.SKIPPED, 0, "reporter", "", 0, 0, 0, error="overlap")
+            listener.skipped_elsewhere(key, NEW_SLOT, run)
+            await asyncio.sleep(SKIP_WRITTEN_WITHIN_S + 2)  # the reporter's create went through now
+            await asyncio.to_thread(cluster.apply, runs.run_body(spec, spec.uid, NEW_SLOT, "Schedule"))
+            await asyncio.wait_for(holding, 30)
+            await asyncio.wait_for(asyncio.gather(*listener._tasks), 30)
+            assert ours.fired == 0, "this replica created the run the reporter wrote while ours queued"
+        finally:
+            await cache.stop()
+            await kube.close()
+    assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is not None
+
+
+async def _no_refresh(spec: JobSpec) -> None:
+    """A job status refresh that is not under test."""
+
+
+async def _until(condition: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
 def test_a_skip_whose_reporter_is_held_up_is_written_by_another_replica(
     cluster: Cluster, control_plane: Any, replicas_factory: Any, tmp_path: Path
 ) -> None:

@@ -63,6 +63,16 @@ async def _turn() -> AsyncIterator[None]:
             _in_turn.reset(token)
 
 
+async def queue_passed() -> None:
+    """Return once the requests this replica had queued for a turn have been sent.
+
+    Under overload a request waits for its turn far longer than it takes: whoever waits for
+    another replica's write (which queues alike) should look for it only after that wait.
+    """
+    async with _turn():
+        pass
+
+
 __all__ = [
     "ApiException",
     "CredentialsError",
@@ -70,6 +80,7 @@ __all__ = [
     "call",
     "connect",
     "path",
+    "queue_passed",
     "transient",
 ]
 
