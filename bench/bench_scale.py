@@ -226,7 +226,12 @@ def cronjob_side(cp: ControlPlane, n: int, minutes: int, grace_s: float) -> Side
     time.sleep(grace_s)
     side.requests = audit_requests(cp, start, end, lambda e: e["user"]["username"] == KCM_USER)
     pods = json.loads(kubectl(cp, "get", "pods", "-n", ns, "-o", "json"))["items"]
-    kubectl(cp, "delete", "namespace", ns, "--wait=false")  # its CronJobs, Jobs and Pods go
+    # Its CronJobs, Jobs and Pods go before the other side starts: at N = 3,000 their deletion
+    # kept the API server busy for minutes, which Anarchon's side then paid for.
+    t0 = time.time()
+    kubectl(cp, "delete", "namespace", ns, "--wait=false")
+    kubectl(cp, "wait", "--for=delete", f"namespace/{ns}", "--timeout=900s", timeout=960)
+    print(f"  namespace {ns} deleted in {time.time() - t0:.0f} s", file=sys.stderr)
 
     def slot_of(pod: dict[str, Any]) -> tuple[str, float] | None:
         # A CronJob's Job is named <cronjob>-<scheduled time in minutes since 1970>.
