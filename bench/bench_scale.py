@@ -401,6 +401,7 @@ def main() -> None:
     parser.add_argument("--grace", type=float, default=30.0, help="seconds after the window for late Pods")
     parser.add_argument("--store", default="redis", choices=("redis", "postgres", "sqlite"))
     parser.add_argument("--verbose", action="store_true", help="requests per run by verb and resource")
+    parser.add_argument("--anarchon-only", action="store_true", help="Anarchon's side alone, no ratios")
     parser.add_argument("--idle", type=int, help="instead: N jobs with nothing due, their idle cost (e.g. 10000)")
     parser.add_argument("--idle-seconds", type=int, default=60, help="seconds the idle cost is measured over")
     args = parser.parse_args()
@@ -410,20 +411,25 @@ def main() -> None:
         if args.idle:
             idle_run(cp, args.idle, args.idle_seconds, args.store, Path(tmp))
             return
-        results = []
         for n in (int(x) for x in args.jobs.split(",")):
-            print(f"N = {n}: CronJob ...", file=sys.stderr)
-            cron = cronjob_side(cp, n, args.minutes, args.grace)
+            cron = None
+            if not args.anarchon_only:
+                print(f"N = {n}: CronJob ...", file=sys.stderr)
+                cron = cronjob_side(cp, n, args.minutes, args.grace)
             print(f"N = {n}: Anarchon ({args.store}) ...", file=sys.stderr)
             anarchon = anarchon_side(cp, n, args.minutes, args.grace, args.store, Path(tmp))
-            results.append((n, cron, anarchon))
             print(f"\nN = {n} jobs on '* * * * *', {args.minutes} min + {args.grace:.0f} s grace")
             print(HEADER)
             for side in (cron, anarchon):
+                if side is None:
+                    continue
                 print(side.row())
                 if args.verbose:
                     for kind, count in side.requests.most_common(12):
                         print(f"{'':<24}{count / max(side.seen, 1):6.2f}  {kind}")
+            if cron is None:
+                sys.stdout.flush()
+                continue
             pods = anarchon.seen / max(cron.seen, 1)
             p99 = anarchon.p99() / max(cron.p99(), 1.0)
             requests = anarchon.per_run / max(cron.per_run, 0.01)
