@@ -173,7 +173,12 @@ class RabbitMQBackend(Backend):
         run. At most ``max_channels`` claims are in flight; the others wait for a channel.
         """
         async with self._in_flight:
-            channel = self._idle.pop() if self._idle else await self._open_channel()
+            channel = None
+            while self._idle and channel is None:
+                kept = self._idle.pop()
+                channel = None if kept.is_closed else kept  # closed since: the broker restarted, say
+            if channel is None:
+                channel = await self._open_channel()
             try:
                 yield channel
             except BaseException:
