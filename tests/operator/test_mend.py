@@ -32,6 +32,7 @@ from anarchon.kube.runner import PodRunner
 from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
 from anarchon.kube.status import JobStatus
 from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.kube.test_runcache import _until
 
 from .conftest import Cluster, job_manifest
 from .test_runner_fencing import attempt
@@ -445,13 +446,6 @@ async def test_a_skip_is_looked_for_only_once_the_requests_queued_before_it_went
 
 async def _no_refresh(spec: JobSpec) -> None:
     """A job status refresh that is not under test."""
-
-
-async def _until(condition: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def test_a_skip_whose_reporter_is_held_up_is_written_by_another_replica(
