@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gc
 import json
 import os
@@ -21,7 +22,7 @@ import pytest
 from controlplane import ControlPlane
 
 from anarchon.kube import kubeconfig
-from anarchon.kube.client import ApiException, CredentialsError, call, connect, path
+from anarchon.kube.client import ApiException, CredentialsError, _Turns, call, connect, in_background, path
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -126,6 +127,54 @@ async def test_no_more_than_api_concurrency_requests_are_in_flight_and_the_rest_
         assert all(any(ns["metadata"]["name"] == "default" for ns in listing["items"]) for listing in listings)
         assert proxy.count(verb="list", resource="namespaces") == 40
         assert 2 <= proxy.max_in_flight <= 4, proxy.max_in_flight
+
+
+async def test_background_requests_wait_until_no_other_request_waits(control_plane: ControlPlane) -> None:
+    """One turn, held by a slow request; three background requests queue, then three others:
+    the three others go first, then the background ones, each group in its order.
+
+    At 3,000 jobs a minute the records of skipped slots, Events and job statuses queued before
+    the Pods and runs of the slots a replica won (one queue, first come first served), which
+    made those runs late, and their jobs' next slots skipped too.
+    """
+    with ApiFaultProxy(control_plane) as proxy:
+        proxy.add(Fault("latency", seconds=0.5, verb="get", resource="namespaces", name="first"))
+        kube = await connect(str(proxy.kubeconfig), api_concurrency=1)
+
+        async def read(name: str) -> None:
+            with contextlib.suppress(ApiException):  # 404: no such namespace, the request went all the same
+                await call(f"reading {name}", lambda: kube.request("GET", f"/api/v1/namespaces/{name}"))
+
+        try:
+            first = asyncio.create_task(read("first"))
+            await asyncio.sleep(0.2)  # it holds the one turn
+            queued = [asyncio.create_task(in_background(read(f"background{i}"))) for i in range(3)]
+            queued += [asyncio.create_task(read(f"urgent{i}")) for i in range(3)]
+            await asyncio.wait_for(asyncio.gather(first, *queued), 30)
+        finally:
+            await kube.close()
+        order = [r.name for r in proxy.requests if r.resource == "namespaces"]
+        assert order == ["first", "urgent0", "urgent1", "urgent2", "background0", "background1", "background2"]
+
+
+async def test_a_request_cancelled_while_it_waits_for_a_turn_leaves_no_turn_taken() -> None:
+    """Cancelled before its turn came, or just as it came: the turn goes to the next in line,
+    and once all are given back every turn is free again (none is lost to a cancellation)."""
+    turns = _Turns(1)
+    await turns.take(False)
+    cancelled_waiting = asyncio.create_task(turns.take(False))
+    cancelled_given = asyncio.create_task(turns.take(False))
+    last = asyncio.create_task(turns.take(True))
+    await asyncio.sleep(0)  # all three wait
+    cancelled_waiting.cancel()
+    await asyncio.sleep(0)
+    turns.give()  # to cancelled_given, which is cancelled before it runs
+    cancelled_given.cancel()
+    await asyncio.wait_for(last, 5)  # so the turn went on to the last one
+    assert cancelled_waiting.cancelled() and cancelled_given.cancelled()
+    assert turns.free == 0 and not any(turns.waiting)
+    turns.give()
+    assert turns.free == 1
 
 
 def test_a_replica_never_imports_the_typed_models(control_plane: ControlPlane) -> None:

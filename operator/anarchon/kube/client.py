@@ -9,11 +9,12 @@ Credentials are read by :mod:`.kubeconfig`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -39,28 +40,92 @@ TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 #: once (the client's pool) making the API server answer 429 and 500 and time out.
 API_CONCURRENCY = 16
 
-_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+class _Turns:
+    """The API_CONCURRENCY turns of one event loop, handed to waiting requests in order, those
+    made in :func:`background` only when no other request waits.
+
+    Under overload a replica has far more to send than turns: the Pods and runs of the slots it
+    won wait behind the records of skipped slots, Events and job statuses, which make no Pod and
+    (at 3,000 jobs a minute) were most of the requests; their backlog made the next slots'
+    runs later, which made them skip too. Background work is late instead, not dropped.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        #: Requests waiting for a turn: the urgent ones, then the background ones.
+        self.waiting: tuple[collections.deque[asyncio.Future[None]], ...] = (collections.deque(), collections.deque())
+
+    async def take(self, background: bool) -> None:
+        if self.free and not any(self.waiting):
+            self.free -= 1
+            return
+        queue = self.waiting[background]
+        given: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(given)
+        try:
+            await given
+        except asyncio.CancelledError:
+            if given.done() and not given.cancelled():
+                self.give()  # the turn came with the cancellation: it goes to the next in line
+            else:
+                queue.remove(given)
+            raise
+
+    def give(self) -> None:
+        for queue in self.waiting:
+            while queue:
+                given = queue.popleft()
+                if not given.done():
+                    given.set_result(None)
+                    return
+        self.free += 1
+
+
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns] = weakref.WeakKeyDictionary()
 #: Set inside a request's turn: a call made from within another (none today) takes no second turn,
 #: which could otherwise wait for ever for turns held by calls waiting for it.
 _in_turn: contextvars.ContextVar[bool] = contextvars.ContextVar("anarchon_api_turn", default=False)
+#: Set by :func:`background`.
+_background: contextvars.ContextVar[bool] = contextvars.ContextVar("anarchon_api_background", default=False)
+
+
+@contextlib.contextmanager
+def background() -> Iterator[None]:
+    """The requests made within (and in tasks started within) are background work: records of
+    what happened (skipped slots, Events, job statuses, history), which wait for their turn
+    behind every request that moves a run on."""
+    token = _background.set(True)
+    try:
+        yield
+    finally:
+        _background.reset(token)
+
+
+async def in_background(work: Awaitable[T]) -> T:
+    """Await ``work`` as background work (see :func:`background`)."""
+    with background():
+        return await work
 
 
 @contextlib.asynccontextmanager
-async def _turn() -> AsyncIterator[None]:
-    """Wait for one of the API_CONCURRENCY turns of this event loop, and hold it."""
+async def turn() -> AsyncIterator[None]:
+    """Wait for one of the API_CONCURRENCY turns of this event loop, and hold it (:func:`call`
+    takes one for each try; a request sent without it, one)."""
     if _in_turn.get():
         yield
         return
     loop = asyncio.get_running_loop()
     turns = _turns.get(loop)
     if turns is None:
-        turns = _turns[loop] = asyncio.Semaphore(API_CONCURRENCY)
-    async with turns:
-        token = _in_turn.set(True)
-        try:
-            yield
-        finally:
-            _in_turn.reset(token)
+        turns = _turns[loop] = _Turns(API_CONCURRENCY)
+    await turns.take(_background.get())
+    token = _in_turn.set(True)
+    try:
+        yield
+    finally:
+        _in_turn.reset(token)
+        turns.give()
 
 
 async def queue_passed() -> None:
@@ -69,19 +134,23 @@ async def queue_passed() -> None:
     Under overload a request waits for its turn far longer than it takes: whoever waits for
     another replica's write (which queues alike) should look for it only after that wait.
     """
-    async with _turn():
-        pass
+    with background():
+        async with turn():
+            pass
 
 
 __all__ = [
     "ApiException",
     "CredentialsError",
     "Kube",
+    "background",
     "call",
     "connect",
+    "in_background",
     "path",
     "queue_passed",
     "transient",
+    "turn",
 ]
 
 
@@ -153,7 +222,7 @@ async def call(
     deadline = clock.now_ms() + (RETRY_FOR_MS if retry_for_ms is None else retry_for_ms)
 
     async def bounded() -> T:
-        async with _turn():
+        async with turn():
             return await asyncio.wait_for(op(), REQUEST_TIMEOUT_S)
 
     def failed(exc: BaseException) -> None:
@@ -313,7 +382,7 @@ async def connect(config_file: str | None = None, *, api_concurrency: int | None
             raise CredentialsError(f"no Kubernetes credentials: {exc.where} {exc.reason}; {advice}") from None
         raise CredentialsError(f"no usable Kubernetes credentials in {exc.where} ({exc.reason}); {advice}") from None
     if api_concurrency is not None:
-        _turns[asyncio.get_running_loop()] = asyncio.Semaphore(api_concurrency)
+        _turns[asyncio.get_running_loop()] = _Turns(api_concurrency)
     return Kube(endpoint)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..engine import ConfigError, Job, LeaseBackend, RunContext, Scheduler
 from ..engine.errors import StoreError
-from .client import Kube
+from .client import Kube, background
 from .constants import ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED
 from .events import EventPoster
 from .metrics import Metrics, job_times
@@ -121,21 +121,23 @@ class JobController:
 
         What no event asks for: history limits of jobs that went quiet, or whose limits were
         lowered, and the store's records past their use (:meth:`.JobStatus.resync`), and the
-        store data of jobs deleted while no replica watched (:mod:`.served`).
+        store data of jobs deleted while no replica watched (:mod:`.served`). Its API requests
+        are background work (:func:`.client.background`): they wait behind the runs'.
         """
-        while True:
-            await asyncio.sleep(self.resync_s * random.uniform(0.5, 1.5))
-            try:
-                await self.served.tick(list(self.specs))
-            except Exception as exc:
-                log.warning("noting the jobs served failed: %s", exc)
-            for key, spec in list(self.specs.items()):
-                if self.specs.get(key) is not spec:
-                    continue  # removed or changed while we were at an earlier job
+        with background():
+            while True:
+                await asyncio.sleep(self.resync_s * random.uniform(0.5, 1.5))
                 try:
-                    await self.status.resync(spec)
+                    await self.served.tick(list(self.specs))
                 except Exception as exc:
-                    log.warning("resync of %s failed: %s", spec.engine_name, exc)
+                    log.warning("noting the jobs served failed: %s", exc)
+                for key, spec in list(self.specs.items()):
+                    if self.specs.get(key) is not spec:
+                        continue  # removed or changed while we were at an earlier job
+                    try:
+                        await self.status.resync(spec)
+                    except Exception as exc:
+                        log.warning("resync of %s failed: %s", spec.engine_name, exc)
 
     # -- runs ------------------------------------------------------------------------------------
 

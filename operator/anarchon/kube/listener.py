@@ -20,7 +20,7 @@ from typing import Any
 
 from ..engine import Cause, Run
 from . import runs
-from .client import Kube, queue_passed
+from .client import Kube, in_background, queue_passed
 from .events import EventPoster
 from .metrics import Metrics, MetricsListener
 from .runcache import RunCache
@@ -77,8 +77,9 @@ class OperatorListener(MetricsListener):
         return None if spec is None else (spec.namespace, spec.name)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run ``coro`` in the background (listener hooks must not block); a failure is logged."""
-        task = asyncio.ensure_future(coro)
+        """Run ``coro`` in the background (listener hooks must not block), as background work
+        toward the API server (:func:`.client.background`); a failure is logged."""
+        task = asyncio.ensure_future(in_background(coro))
         self._tasks.add(task)
         task.add_done_callback(self._spawned_done)
 

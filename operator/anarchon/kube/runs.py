@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import ApiException, Kube, call, path
+from .client import ApiException, Kube, call, path, turn
 from .constants import (
     API_VERSION,
     JOB_KIND,
@@ -373,15 +373,22 @@ async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, me
 
 
 async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trigger: str = "Schedule") -> None:
-    """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran."""
-    body = await ensure_run(kube, spec, slot, trigger)
-    await update_status(
-        kube,
-        spec.namespace,
-        body["metadata"]["name"],
-        0,
-        lambda s: None if s.get("phase") else {**s, "phase": "Skipped", "message": reason, "attempt": 0},
-    )
+    """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran.
+
+    Its create and its status go in one API turn: a skip is background work, and its status
+    queued again behind everything else would leave the run without a phase for that long
+    (mending took it for an open run the store had ended, and wrote it too).
+    """
+    async with turn():
+        body = await ensure_run(kube, spec, slot, trigger)
+        await update_status(
+            kube,
+            spec.namespace,
+            body["metadata"]["name"],
+            0,
+            lambda s: None if s.get("phase") else {**s, "phase": "Skipped", "message": reason, "attempt": 0},
+            in_hand=InHand(body),  # as created (or read): written without another read
+        )
 
 
 async def list_runs(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..engine import LeaseBackend, Scheduler
 from . import runs
-from .client import Kube
+from .client import Kube, in_background
 from .events import EventPoster
 from .mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
 from .runcache import RunCache
@@ -143,7 +143,7 @@ class JobStatus:
         if spec is None:
             return  # the job is gone
         try:
-            await self.refresh(spec)
+            await in_background(self.refresh(spec))
         except Exception as exc:
             log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
 
