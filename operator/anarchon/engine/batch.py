@@ -1,4 +1,4 @@
-"""Claims of many jobs due at the same moment go to the store together.
+"""Claims of many jobs due at the same moment go to the store together; so do heartbeats.
 
 At an aligned slot (``* * * * *``, jitter 0) every job of an instance claims within the same
 millisecond or two. Sent one by one, 1,000 claims are 1,000 round trips in flight at once:
@@ -8,11 +8,19 @@ each claim for :data:`WINDOW_S` and sends what arrived in that window with one
 each caller with its own result. Each claim keeps its own guarantees (one winner, its
 token); a batch that failed as a whole fails each of its claims, which each caller retries
 as it would a claim of its own (and recognises by its token if the reply was lost).
+
+Heartbeats are not aligned: :class:`Coalescer` sends a call at once when nothing of its kind
+is out, and otherwise gathers what comes meanwhile into the next batch. At a few runs each
+batch is one heartbeat; at thousands of runs per instance (each beating every few seconds)
+a store's round trips stay a few, where one per heartbeat needed more connections than the
+pool had and heartbeats failed, leases ran out and backups took over runs that were fine.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 from .backend import Backend, ClaimRequest
 from .errors import StoreError
@@ -69,3 +77,68 @@ class ClaimBatcher:
         for _, future in batch:  # a store that answered fewer claims than it was sent
             if not future.done():
                 future.set_exception(StoreError(f"{self.backend.capabilities.name}: no answer for this claim"))
+
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class Coalescer(Generic[A, R]):
+    """Calls of one kind, sent at once while fewer than ``in_flight`` batches are out, and
+    otherwise together in the next batch (of ``most`` calls at most).
+
+    ``send`` answers a batch's calls in order, each with its result or its exception; an
+    exception of ``send`` itself is each call's. A caller cancelled before its batch went out
+    is left out of it (it would be sent for nobody); once sent, its call stands.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[list[A]], Awaitable[Sequence[R | BaseException]]],
+        *,
+        in_flight: int = 2,
+        most: int = 1000,
+    ) -> None:
+        self.send = send
+        self.in_flight = in_flight
+        self.most = most
+        self._pending: list[tuple[A, asyncio.Future[R]]] = []
+        self._out: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, arg: A) -> R:
+        answer: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._pending.append((arg, answer))
+        if len(self._out) < self.in_flight:
+            self._send_pending()
+        return await answer
+
+    def _send_pending(self) -> None:
+        waiting = [(arg, answer) for arg, answer in self._pending if not answer.done()]
+        batch, self._pending = waiting[: self.most], waiting[self.most :]
+        if batch:
+            task = asyncio.create_task(self._send(batch), name=f"anarchon-batch:{len(batch)}")
+            self._out.add(task)
+
+    async def _send(self, batch: list[tuple[A, asyncio.Future[R]]]) -> None:
+        try:
+            try:
+                answers: Sequence[R | BaseException] = await self.send([arg for arg, _ in batch])
+            except Exception as exc:
+                answers = [exc] * len(batch)
+            for (_, answer), result in zip(batch, answers, strict=False):
+                if answer.done():
+                    continue
+                if isinstance(result, BaseException):
+                    answer.set_exception(result)
+                else:
+                    answer.set_result(result)
+            for _, answer in batch:  # fewer answers than calls: a broken ``send``
+                if not answer.done():
+                    answer.set_exception(RuntimeError("no answer for this call in its batch"))
+        finally:
+            self._out.discard(asyncio.current_task())
+            for _, answer in batch:  # cancelled: this batch's callers do not wait for ever
+                if not answer.done():
+                    answer.cancel()
+            if self._pending:
+                self._send_pending()

@@ -1,0 +1,74 @@
+"""The Coalescer that sends heartbeats together (anarchon.engine.batch): what goes in which batch.
+
+The store's side (one pipeline over one connection, every lease moved) is in
+tests/faults/test_toxiproxy.py; here the batching itself, with a ``send`` that records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from anarchon.engine.batch import Coalescer
+
+
+async def _settle() -> None:
+    """Let every task that can run, run (a call's task, then its batch's)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class Recording:
+    """A ``send`` that holds each batch until released, and records it."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.release = asyncio.Event()
+        self.fail: Exception | None = None
+
+    async def __call__(self, batch: list[int]) -> list[int | BaseException]:
+        self.batches.append(batch)
+        await self.release.wait()
+        if self.fail is not None:
+            raise self.fail
+        return [x * 10 for x in batch]
+
+
+async def test_a_call_goes_at_once_and_those_made_while_batches_are_out_go_together() -> None:
+    send = Recording()
+    calls = Coalescer(send, in_flight=2)
+    first = [asyncio.create_task(calls(i)) for i in (1, 2)]
+    await _settle()
+    assert send.batches == [[1], [2]]  # nothing was out: each at once
+    later = [asyncio.create_task(calls(i)) for i in range(3, 8)]
+    await _settle()
+    assert send.batches == [[1], [2]]  # two batches out: the rest waits for one of them
+    send.release.set()
+    assert await asyncio.gather(*first, *later) == [10, 20, 30, 40, 50, 60, 70]
+    assert send.batches == [[1], [2], [3, 4, 5, 6, 7]]
+
+
+async def test_a_caller_cancelled_before_its_batch_went_out_is_left_out_of_it() -> None:
+    send = Recording()
+    calls = Coalescer(send, in_flight=1)
+    out = asyncio.create_task(calls(1))
+    await _settle()
+    gone, kept = asyncio.create_task(calls(2)), asyncio.create_task(calls(3))
+    await _settle()
+    gone.cancel()
+    send.release.set()
+    assert (await out, await kept) == (10, 30)
+    assert send.batches == [[1], [3]]
+
+
+async def test_a_batch_that_failed_fails_each_of_its_calls() -> None:
+    send = Recording()
+    send.fail = ConnectionError("down")
+    calls = Coalescer(send, in_flight=1)
+    tasks = [asyncio.create_task(calls(i)) for i in range(3)]
+    send.release.set()
+    for task in tasks:
+        with pytest.raises(ConnectionError):
+            await task
+    assert send.batches == [[0], [1, 2]]
