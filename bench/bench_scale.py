@@ -404,42 +404,50 @@ def main() -> None:
     parser.add_argument("--anarchon-only", action="store_true", help="Anarchon's side alone, no ratios")
     parser.add_argument("--idle", type=int, help="instead: N jobs with nothing due, their idle cost (e.g. 10000)")
     parser.add_argument("--idle-seconds", type=int, default=60, help="seconds the idle cost is measured over")
+    parser.add_argument("--logs", type=Path, help="keep the replicas' logs (and a SQLite store) in this directory")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="anarchon-bench-scale-") as tmp, ControlPlane(audit=True) as cp:
-        kubectl(cp, "apply", "-f", str(ROOT / "crds"))
-        wait_established(cp, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
-        if args.idle:
-            idle_run(cp, args.idle, args.idle_seconds, args.store, Path(tmp))
-            return
-        for n in (int(x) for x in args.jobs.split(",")):
-            cron = None
-            if not args.anarchon_only:
-                print(f"N = {n}: CronJob ...", file=sys.stderr)
-                cron = cronjob_side(cp, n, args.minutes, args.grace)
-            print(f"N = {n}: Anarchon ({args.store}) ...", file=sys.stderr)
-            anarchon = anarchon_side(cp, n, args.minutes, args.grace, args.store, Path(tmp))
-            print(f"\nN = {n} jobs on '* * * * *', {args.minutes} min + {args.grace:.0f} s grace")
-            print(HEADER)
-            for side in (cron, anarchon):
-                if side is None:
-                    continue
-                print(side.row())
-                if args.verbose:
-                    for kind, count in side.requests.most_common(12):
-                        print(f"{'':<24}{count / max(side.seen, 1):6.2f}  {kind}")
-            if cron is None:
-                sys.stdout.flush()
+    with contextlib.ExitStack() as stack:
+        tmp = args.logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="anarchon-bench-scale-")))
+        tmp.mkdir(parents=True, exist_ok=True)
+        cp = stack.enter_context(ControlPlane(audit=True))
+        run(args, cp, tmp)
+
+
+def run(args: argparse.Namespace, cp: ControlPlane, tmp: Path) -> None:
+    kubectl(cp, "apply", "-f", str(ROOT / "crds"))
+    wait_established(cp, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
+    if args.idle:
+        idle_run(cp, args.idle, args.idle_seconds, args.store, tmp)
+        return
+    for n in (int(x) for x in args.jobs.split(",")):
+        cron = None
+        if not args.anarchon_only:
+            print(f"N = {n}: CronJob ...", file=sys.stderr)
+            cron = cronjob_side(cp, n, args.minutes, args.grace)
+        print(f"N = {n}: Anarchon ({args.store}) ...", file=sys.stderr)
+        anarchon = anarchon_side(cp, n, args.minutes, args.grace, args.store, tmp)
+        print(f"\nN = {n} jobs on '* * * * *', {args.minutes} min + {args.grace:.0f} s grace")
+        print(HEADER)
+        for side in (cron, anarchon):
+            if side is None:
                 continue
-            pods = anarchon.seen / max(cron.seen, 1)
-            p99 = anarchon.p99() / max(cron.p99(), 1.0)
-            requests = anarchon.per_run / max(cron.per_run, 0.01)
-            cpu = anarchon.cpu_per_run / max(cron.cpu_per_run, 1e-3)
-            print(
-                f"ratios Anarchon/CronJob: Pods seen {pods:.2f} (target >= 1), slot->Pod p99 {p99:.2f} (<= 0.5;"
-                f" CronJob's taken as 1 s at least), API requests/run {requests:.2f} (<= 1.0),"
-                f" CPU/run {cpu:.2f} (<= 1.0); duplicates {anarchon.duplicates}, given up {anarchon.given_up} (0)"
-            )
+            print(side.row())
+            if args.verbose:
+                for kind, count in side.requests.most_common(12):
+                    print(f"{'':<24}{count / max(side.seen, 1):6.2f}  {kind}")
+        if cron is None:
             sys.stdout.flush()
+            continue
+        pods = anarchon.seen / max(cron.seen, 1)
+        p99 = anarchon.p99() / max(cron.p99(), 1.0)
+        requests = anarchon.per_run / max(cron.per_run, 0.01)
+        cpu = anarchon.cpu_per_run / max(cron.cpu_per_run, 1e-3)
+        print(
+            f"ratios Anarchon/CronJob: Pods seen {pods:.2f} (target >= 1), slot->Pod p99 {p99:.2f} (<= 0.5;"
+            f" CronJob's taken as 1 s at least), API requests/run {requests:.2f} (<= 1.0),"
+            f" CPU/run {cpu:.2f} (<= 1.0); duplicates {anarchon.duplicates}, given up {anarchon.given_up} (0)"
+        )
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
