@@ -67,16 +67,7 @@ class ClaimBatcher:
             for _, future in batch:
                 future.cancel()
             raise
-        for (_, future), result in zip(batch, answers, strict=False):
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-        for _, future in batch:  # a store that answered fewer claims than it was sent
-            if not future.done():
-                future.set_exception(StoreError(f"{self.backend.capabilities.name}: no answer for this claim"))
+        _answer(batch, answers, lambda: StoreError(f"{self.backend.capabilities.name}: no answer for this claim"))
 
 
 A = TypeVar("A")
@@ -125,16 +116,7 @@ class Coalescer(Generic[A, R]):
                 answers: Sequence[R | BaseException] = await self.send([arg for arg, _ in batch])
             except Exception as exc:
                 answers = [exc] * len(batch)
-            for (_, answer), result in zip(batch, answers, strict=False):
-                if answer.done():
-                    continue
-                if isinstance(result, BaseException):
-                    answer.set_exception(result)
-                else:
-                    answer.set_result(result)
-            for _, answer in batch:  # fewer answers than calls: a broken ``send``
-                if not answer.done():
-                    answer.set_exception(RuntimeError("no answer for this call in its batch"))
+            _answer(batch, answers, lambda: RuntimeError("no answer for this call in its batch"))
         finally:
             self._out.discard(asyncio.current_task())
             for _, answer in batch:  # cancelled: this batch's callers do not wait for ever
@@ -142,3 +124,22 @@ class Coalescer(Generic[A, R]):
                     answer.cancel()
             if self._pending:
                 self._send_pending()
+
+
+def _answer(
+    batch: Sequence[tuple[object, asyncio.Future[R]]],
+    answers: Sequence[R | BaseException],
+    missing: Callable[[], BaseException],
+) -> None:
+    """Each caller still waiting gets its answer, in order; those a batch left unanswered
+    (fewer answers than calls), ``missing()``."""
+    for (_, future), result in zip(batch, answers, strict=False):
+        if future.done():
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(missing())
