@@ -76,10 +76,13 @@ class OperatorListener(MetricsListener):
         spec = self._spec(job)
         return None if spec is None else (spec.namespace, spec.name)
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run ``coro`` in the background (listener hooks must not block), as background work
-        toward the API server (:func:`.client.background`); a failure is logged."""
-        task = asyncio.ensure_future(in_background(coro))
+    def spawn(self, coro: Coroutine[Any, Any, None], *, background: bool = True) -> None:
+        """Run ``coro`` in a task (listener hooks must not block); a failure is logged.
+
+        Its API requests are background work (:func:`.client.background`) unless
+        ``background`` is False.
+        """
+        task = asyncio.ensure_future(in_background(coro) if background else coro)
         self._tasks.add(task)
         task.add_done_callback(self._spawned_done)
 
@@ -98,7 +101,11 @@ class OperatorListener(MetricsListener):
         super().skipped(job, slot, reason, cause)
         spec = self._spec(job)
         if spec is not None:
-            self.spawn(runs.record_skipped(self.kube, spec, slot, reason, str(cause)))
+            # Not background work: the other replicas look for this run once the requests they
+            # queued went out, i.e. they expect it written as soon as their own requests would
+            # be. As background work it came after all of this replica's runs, and at 3,000
+            # jobs the other two wrote nearly every skip as well (a create, a 409, a read each).
+            self.spawn(runs.record_skipped(self.kube, spec, slot, reason, str(cause)), background=False)
         self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
 
     def skipped_elsewhere(self, job: str, slot: int, run: Run) -> None:
