@@ -567,6 +567,18 @@ async def test_the_loop_lag_is_seen_and_then_forgotten() -> None:
         lag.stop()
 
 
+def test_a_backlog_of_the_engines_user_counts_as_lag() -> None:
+    """The operator's API requests waiting for a turn make it late as surely as its loop does."""
+    lag = LoopLag()
+    backlog = [100.0]
+    lag.add_backlog(lambda: backlog[0])
+    assert lag.penalty_ms() == 0  # below the threshold
+    backlog[0] = 1_200.0
+    assert lag.penalty_ms() == 1_200
+    backlog[0] = 16_000.0
+    assert lag.penalty_ms() == 2_000  # at most MAX_PENALTY_MS
+
+
 @pytest.mark.parametrize("beats", [0, 3])
 async def test_a_run_heartbeats_from_a_heartbeat_after_its_claim(
     make_backend: Callable[[], LeaseBackend], clock: ScaledClock, job_name: str, beats: int

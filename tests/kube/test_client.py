@@ -21,8 +21,18 @@ from typing import Any
 import pytest
 from controlplane import ControlPlane
 
+from anarchon.engine.lag import LoopLag
 from anarchon.kube import kubeconfig
-from anarchon.kube.client import ApiException, CredentialsError, _Turns, call, connect, in_background, path
+from anarchon.kube.client import (
+    ApiException,
+    CredentialsError,
+    _Turns,
+    backlog_ms,
+    call,
+    connect,
+    in_background,
+    path,
+)
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -155,6 +165,34 @@ async def test_background_requests_wait_until_no_other_request_waits(control_pla
             await kube.close()
         order = [r.name for r in proxy.requests if r.resource == "namespaces"]
         assert order == ["first", "urgent0", "urgent1", "urgent2", "background0", "background1", "background2"]
+
+
+async def test_the_backlog_is_how_long_the_oldest_request_has_waited_for_a_turn(control_plane: ControlPlane) -> None:
+    """What the engine counts as lag (a replica whose requests queue leaves new slots to the
+    others): the wait of the oldest request queued for a turn, background work aside."""
+    lag = LoopLag()
+    lag.add_backlog(backlog_ms)
+    with ApiFaultProxy(control_plane) as proxy:
+        proxy.add(Fault("latency", seconds=2.5, verb="get", resource="namespaces", name="default", times=1))
+        kube = await connect(str(proxy.kubeconfig), api_concurrency=1)
+
+        async def read() -> None:
+            await call("reading", lambda: kube.request("GET", "/api/v1/namespaces/default"))
+
+        try:
+            held = asyncio.create_task(read())
+            await asyncio.sleep(0.3)  # it holds the one turn
+            waiting = [asyncio.create_task(in_background(read()))]
+            await asyncio.sleep(1.0)
+            assert backlog_ms() == 0.0 and lag.penalty_ms() == 0  # background work only
+            waiting.append(asyncio.create_task(read()))
+            await asyncio.sleep(1.0)
+            assert 900 <= backlog_ms() <= 1_500, backlog_ms()
+            assert lag.penalty_ms() >= 900
+            await asyncio.wait_for(asyncio.gather(held, *waiting), 30)
+            assert backlog_ms() == 0.0
+        finally:
+            await kube.close()
 
 
 async def test_a_request_cancelled_while_it_waits_for_a_turn_leaves_no_turn_taken() -> None:

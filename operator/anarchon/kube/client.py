@@ -55,14 +55,27 @@ class _Turns:
         self.free = limit
         #: Requests waiting for a turn: the urgent ones, then the background ones.
         self.waiting: tuple[collections.deque[asyncio.Future[None]], ...] = (collections.deque(), collections.deque())
+        #: When each urgent request still waiting began to (event-loop time), oldest first.
+        self._since: dict[asyncio.Future[None], float] = {}
+
+    def backlog_s(self) -> float:
+        """How long the oldest urgent request still waiting has waited for its turn."""
+        for given in self.waiting[False]:
+            if not given.done():
+                return asyncio.get_running_loop().time() - self._since[given]
+        return 0.0
 
     async def take(self, background: bool) -> None:
         if self.free and not any(self.waiting):
             self.free -= 1
             return
         queue = self.waiting[background]
-        given: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        given: asyncio.Future[None] = loop.create_future()
         queue.append(given)
+        if not background:
+            self._since[given] = loop.time()
+            given.add_done_callback(self._since.pop)
         try:
             await given
         except asyncio.CancelledError:
@@ -128,6 +141,14 @@ async def turn() -> AsyncIterator[None]:
         turns.give()
 
 
+def backlog_ms() -> float:
+    """How long the oldest of this event loop's requests still waiting for a turn (background
+    work aside) has waited: the engine leaves new slots to the other replicas while it is long
+    (:meth:`anarchon.engine.lag.LoopLag.add_backlog`)."""
+    turns = _turns.get(asyncio.get_running_loop())
+    return 0.0 if turns is None else turns.backlog_s() * 1000
+
+
 async def queue_passed() -> None:
     """Return once the requests this replica had queued for a turn have been sent.
 
@@ -144,6 +165,7 @@ __all__ = [
     "CredentialsError",
     "Kube",
     "background",
+    "backlog_ms",
     "call",
     "connect",
     "in_background",

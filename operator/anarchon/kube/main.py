@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 
 from ..engine import Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
-from .client import API_CONCURRENCY, connect
+from .client import API_CONCURRENCY, backlog_ms, connect
 from .controller import JobController
 from .events import EventPoster
 from .health import HealthServer
@@ -90,6 +90,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     run_cache = RunCache(kube, cfg.namespaces)
     listener = OperatorListener(metrics, kube, events, instance_id=instance_id, run_cache=run_cache)
     scheduler = Scheduler(backend, instance_id=instance_id, listener=listener, clock=clock)
+    scheduler.lag.add_backlog(backlog_ms)  # a replica whose API requests queue leaves new slots to the others
     pod_watch = PodWatch(kube, cfg.namespaces)
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
