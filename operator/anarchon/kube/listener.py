@@ -7,7 +7,8 @@ A Skipped slot is recorded once, in the store, by the claim of one replica, whic
 writes its AnarchonRun. The other replicas hear of the skip from their own claims; if that
 replica dies in between (the chaos soak killed one 0.4 s after a skip), they write the run
 SKIP_WRITTEN_WITHIN_S later and once the requests they had queued by then went out (the
-reporter's queue alike), unless their run cache has it by then (or saw it deleted).
+reporter's queue alike; if that took long, as long again), unless their run cache has it by
+then (or saw it deleted).
 Mending (:mod:`.mend`) would be later, and leaves alone a skip older than the history keeps.
 """
 
@@ -120,8 +121,14 @@ class OperatorListener(MetricsListener):
         # Under overload the reporter's create waits its turn behind its other requests, for
         # far longer than that: ours wait alike, so look once what we queued by now went out
         # (at 3,000 jobs a minute, looking at once made two extra creates, 409s and reads per
-        # skip, and the overload worse).
+        # skip, and the overload worse). The replicas' queues are alike, not equal: one that won
+        # more slots has more to send (there, 30 s for ours and 46 s for the reporter's). So when
+        # ours was long, give the reporter as long again; when it was short, look now.
+        loop = asyncio.get_running_loop()
+        queued_at = loop.time()
         await queue_passed()
+        if (waited := loop.time() - queued_at) > SKIP_WRITTEN_WITHIN_S:
+            await asyncio.sleep(waited)
         name = run_name(spec.name, slot)
         if cache.seen(spec.namespace, name) is not False:
             return  # written (or deleted since); or the cache is down: mending covers it
