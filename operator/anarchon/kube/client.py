@@ -123,8 +123,9 @@ async def in_background(work: Awaitable[T]) -> T:
 
 @contextlib.asynccontextmanager
 async def turn() -> AsyncIterator[None]:
-    """Wait for one of the API_CONCURRENCY turns of this event loop, and hold it (:func:`call`
-    takes one for each try; a request sent without it, one)."""
+    """Wait for one of the API_CONCURRENCY turns of this event loop, and hold it. :func:`call`
+    takes one for each try; code that sends with :meth:`Kube.request` itself (Events) takes one
+    around its requests."""
     if _in_turn.get():
         yield
         return
@@ -153,7 +154,8 @@ async def queue_passed() -> None:
     """Return once the requests this replica had queued for a turn have been sent.
 
     Under overload a request waits for its turn far longer than it takes: whoever waits for
-    another replica's write (which queues alike) should look for it only after that wait.
+    another replica's write (which queues alike) should look for it only after that wait. As
+    background work, it passes after the requests queued before it and every urgent one.
     """
     with background():
         async with turn():
