@@ -778,25 +778,11 @@ class RedisBackend(LeaseBackend):
         """
         if len(requests) <= 1:
             return await super().claim_many(requests)
-
-        async def send() -> list[object]:
-            # EVALSHA itself, not the script object, which would add a SCRIPT EXISTS round trip.
-            pipe = self._client.pipeline(transaction=False)
-            for request in requests:
-                keys, args = self._claim_call(request)
-                pipe.evalsha(str(self._claim.sha), len(keys), *keys, *args)
-            replies = list(await pipe.execute(raise_on_error=False))
-            if any(isinstance(reply, NoScriptError) for reply in replies):
-                # The server forgot the script (a restart, a failover): those claims were not
-                # run; load it for their retry.
-                self._claim.sha = await self._client.script_load(_CLAIM)
-            return replies
-
-        replies = await self._call(send)
+        replies = await self._pipeline(self._claim, self._client, [self._claim_call(r) for r in requests])
         answers: list[ClaimResult | BaseException] = []
         for request, reply in zip(requests, replies, strict=True):
-            if isinstance(reply, BaseException):
-                answers.append(StoreError(f"redis {self._safe_url}: {type(reply).__name__}: {reply}"))
+            if isinstance(reply, StoreError):
+                answers.append(reply)
                 continue
             try:
                 answers.append(self._claim_result(request, reply))  # type: ignore[arg-type]
@@ -817,21 +803,35 @@ class RedisBackend(LeaseBackend):
                 lambda: self._heartbeat(keys=[run_key, self.leases_key()], args=args, client=self._lease_client)
             )
             return [int(reply) == 1]
+        calls = [([run_key, self.leases_key()], [token, str(now), str(until)]) for run_key, token, now, until in beats]
+        replies = await self._pipeline(self._heartbeat, self._lease_client, calls)
+        return [reply if isinstance(reply, StoreError) else int(reply) == 1 for reply in replies]  # type: ignore[call-overload]
+
+    async def _pipeline(
+        self, script: AsyncScript, client: aioredis.Redis, calls: Sequence[tuple[list[str], list[str]]]
+    ) -> list[object]:
+        """Every call (keys, arguments) of ``script`` in one pipeline on ``client``: one round
+        trip; each reply, or the StoreError of a call the server refused.
+
+        EVALSHA itself, not the script object, which would add a SCRIPT EXISTS round trip. If
+        the server forgot the script (a restart, a failover), those calls were not run: it is
+        loaded again for their retry.
+        """
 
         async def send() -> list[object]:
-            pipe = self._lease_client.pipeline(transaction=False)
-            for run_key, token, now_ms, until_ms in beats:
-                pipe.evalsha(str(self._heartbeat.sha), 2, run_key, self.leases_key(), token, now_ms, until_ms)
+            pipe = client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.evalsha(str(script.sha), len(keys), *keys, *args)
             replies = list(await pipe.execute(raise_on_error=False))
             if any(isinstance(reply, NoScriptError) for reply in replies):
-                self._heartbeat.sha = await self._lease_client.script_load(_HEARTBEAT)  # for their retry
+                script.sha = await client.script_load(script.script)
             return replies
 
         replies = await self._call(send)
         return [
             StoreError(f"redis {self._safe_url}: {type(reply).__name__}: {reply}")
             if isinstance(reply, BaseException)
-            else int(reply) == 1  # type: ignore[call-overload]
+            else reply
             for reply in replies
         ]
 
