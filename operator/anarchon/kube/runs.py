@@ -375,9 +375,9 @@ async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, me
 async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trigger: str = "Schedule") -> None:
     """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran.
 
-    Its create and its status go in one API turn: a skip is background work, and its status
-    queued again behind everything else would leave the run without a phase for that long
-    (mending took it for an open run the store had ended, and wrote it too).
+    Its create and its status go in one API turn: under overload, its status queued again
+    behind everything else left the run without a phase for that long (mending took it for an
+    open run the store had ended, and wrote it too).
     """
     async with turn():
         body = await ensure_run(kube, spec, slot, trigger)
