@@ -5,10 +5,15 @@ block, so every API write it causes runs as a background task whose failure is l
 
 A Skipped slot is recorded once, in the store, by the claim of one replica, which then
 writes its AnarchonRun. The other replicas hear of the skip from their own claims; if that
-replica dies in between (the chaos soak killed one 0.4 s after a skip), they write the run
-SKIP_WRITTEN_WITHIN_S later and once the requests they had queued by then went out (the
-reporter's queue alike; if that took long, as long again), unless their run cache has it by
-then (or saw it deleted).
+replica dies in between (the chaos soak killed one 0.4 s after a skip), they write the run,
+unless their run cache has it by then (or saw it deleted). They look SKIP_WRITTEN_WITHIN_S
+later and once the requests they had queued by then went out (the reporter's queue alike; if
+that took long, as long again), and while the reporter is heard from (the watch delivers runs
+it wrote, see :meth:`.RunCache.heard_from`) they leave the run to it, up to
+SKIP_LEFT_TO_A_LIVE_REPORTER_S. Under overload one replica's queue is a poor measure of
+another's (at 3,000 jobs ours passed at once while the reporter's was 28 s long, and the other
+replicas wrote ~1,000 skips a minute twice: a create, a 409 and a read each); that the reporter
+still writes is what tells a slow reporter from a dead one.
 Mending (:mod:`.mend`) would be later, and leaves alone a skip older than the history keeps.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -32,6 +38,10 @@ log = logging.getLogger("anarchon.kube.listener")
 #: How long the other replicas leave the run of a slot skipped elsewhere to the replica that
 #: skipped it: a few of its API requests' time, and less than a lease.
 SKIP_WRITTEN_WITHIN_S = 3.0
+#: How long the other replicas leave a skip to a reporter that is still heard from, at most:
+#: longer than its queue of requests under overload (28-46 s measured at 3,000 jobs), shorter
+#: than mending's look back (see :data:`.mend.MISSING_LOOK_BACK_MS`).
+SKIP_LEFT_TO_A_LIVE_REPORTER_S = 60.0
 
 
 class OperatorListener(MetricsListener):
@@ -106,7 +116,10 @@ class OperatorListener(MetricsListener):
             # queued went out, i.e. they expect it written as soon as their own requests would
             # be. As background work it came after all of this replica's runs, and at 3,000
             # jobs the other two wrote nearly every skip as well (a create, a 409, a read each).
-            self.spawn(runs.record_skipped(self.kube, spec, slot, reason, str(cause)), background=False)
+            self.spawn(
+                runs.record_skipped(self.kube, spec, slot, reason, str(cause), instance=self.instance_id),
+                background=False,
+            )
         self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
 
     def skipped_elsewhere(self, job: str, slot: int, run: Run) -> None:
@@ -130,10 +143,25 @@ class OperatorListener(MetricsListener):
         if (waited := loop.time() - queued_at) > SKIP_WRITTEN_WITHIN_S:
             await asyncio.sleep(waited)
         name = run_name(spec.name, slot)
+        # A reporter heard from lately is alive and working through its queue: its create is on
+        # its way. Only one that fell silent (or that never wrote it in all that time) is replaced.
+        until = loop.time() + SKIP_LEFT_TO_A_LIVE_REPORTER_S
+        while cache.seen(spec.namespace, name) is False and loop.time() < until:
+            heard = cache.heard_from(run.instance)
+            if heard is None or time.monotonic() - heard > SKIP_WRITTEN_WITHIN_S:
+                break
+            await asyncio.sleep(SKIP_WRITTEN_WITHIN_S)
         if cache.seen(spec.namespace, name) is not False:
             return  # written (or deleted since); or the cache is down: mending covers it
         log.warning("%s: skipped by %s, who has not written it: writing it", name, run.instance)
-        await runs.record_skipped(self.kube, spec, slot, run.error or "overlap", runs.trigger_guess(spec, slot))
+        await runs.record_skipped(
+            self.kube,
+            spec,
+            slot,
+            run.error or "overlap",
+            runs.trigger_guess(spec, slot),
+            instance=self.instance_id,
+        )
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         super().missed(job, slot, reason)

@@ -14,6 +14,10 @@ job's active runs would lag until the run's end. So a runner hands what it wrote
 version (events of an older one may still be on their way: the watch delivers an object's
 changes in order, so only equality is checked, never which version is newer).
 
+The watch also tells which replicas are at work: every write of a run's status names its
+replica (``status.instance``), so :meth:`RunCache.heard_from` says when a replica last wrote
+one. Another replica's skip is left to it while it is heard from (see :mod:`.listener`).
+
 Held per object: metadata, spec and status, without managedFields (most of an object's size).
 Until the first listing (or while the watch is down) :meth:`RunCache.runs_of` answers None and
 the caller lists.
@@ -77,6 +81,9 @@ class RunCache(ScopedWatch):
         #: (namespace, run name) -> when the watch saw it deleted (history limits, kubectl delete):
         #: mending must not write such a run again. Kept DELETED_FOR_S.
         self._deleted: dict[Key, float] = {}
+        #: instance id -> when the watch last delivered a run whose status names it (a listing
+        #: does not count: it shows what was written, not that its writer is still there).
+        self._heard: dict[str, float] = {}
 
     def runs_of(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
         """The job's runs by slot, as the watch last delivered them (and our newer writes);
@@ -129,6 +136,11 @@ class RunCache(ScopedWatch):
         """Whether the watch saw the run ``name`` deleted lately (then it was not lost: leave it gone)."""
         return (namespace, name) in self._deleted
 
+    def heard_from(self, instance: str) -> float | None:
+        """When (``time.monotonic()``) the watch last delivered a run written by ``instance``
+        (its status names it); None if never since this replica started."""
+        return self._heard.get(instance)
+
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         key = _key(obj)
         if kind == "DELETED":
@@ -141,6 +153,8 @@ class RunCache(ScopedWatch):
         written = self._written.get(key)
         if written is not None and _version(written[0]) == _version(obj):
             del self._written[key]  # delivered: from now on the watch's copy is as new
+        if instance := (obj.get("status") or {}).get("instance"):
+            self._heard[str(instance)] = time.monotonic()
         self._put(obj)
 
     def _put(self, obj: dict[str, Any]) -> None:

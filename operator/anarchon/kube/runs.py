@@ -372,8 +372,12 @@ async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, me
     )
 
 
-async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trigger: str = "Schedule") -> None:
-    """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran.
+async def record_skipped(
+    kube: Kube, spec: JobSpec, slot: int, reason: str, trigger: str = "Schedule", *, instance: str
+) -> None:
+    """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran; its status
+    names the ``instance`` that wrote it, as a run's names the replica of its attempt (the other
+    replicas learn from such writes who is still at work: see :mod:`.listener`).
 
     Its create and its status go in one API turn: under overload, its status queued again
     behind everything else left the run without a phase for that long (mending took it for an
@@ -386,7 +390,11 @@ async def record_skipped(kube: Kube, spec: JobSpec, slot: int, reason: str, trig
             spec.namespace,
             body["metadata"]["name"],
             0,
-            lambda s: None if s.get("phase") else {**s, "phase": "Skipped", "message": reason, "attempt": 0},
+            lambda s: (
+                None
+                if s.get("phase")
+                else {**s, "phase": "Skipped", "message": reason, "attempt": 0, "instance": instance}
+            ),
             in_hand=InHand(body),  # as created (or read): written without another read
         )
 
