@@ -5,6 +5,9 @@ requests a test aims at. The lease is scripted as in test_runner_fencing.py. Wha
 API server does, the run's recorded outcome is what its Pod did: a transient error is
 retried; one that outlasts the retries interrupts the attempt (the next one adopts the Pod),
 and never fails or succeeds the run by itself.
+
+The record of a Skipped slot (runs.record_skipped: a create and a status write, with no
+runner behind them) is held to the same faults at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from anarchon.engine import RunInterrupted
 from anarchon.engine.attempt import SHUTDOWN
 from anarchon.kube import client as kube_client
+from anarchon.kube import runs
 from anarchon.kube.client import Kube, connect
 from anarchon.kube.events import EventPoster
 from anarchon.kube.runner import PodRunner
@@ -235,3 +239,60 @@ async def test_a_shutdown_hands_over_at_once_whatever_request_is_held_up(
     ctx.request_stop(SHUTDOWN)
     with pytest.raises(RunInterrupted, match="stopping"):
         await asyncio.wait_for(task, 2)
+
+
+async def _record_skipped(kube: Kube, spec: JobSpec, reason: str) -> None:
+    """runs.record_skipped of SLOT (a manual trigger), as replica "skipper" records it."""
+    await asyncio.wait_for(runs.record_skipped(kube, spec, SLOT, reason, "Manual", instance="skipper"), 60)
+
+
+def _upstream(proxy: ApiFaultProxy, verb: str, subresource: str) -> list[int | None]:
+    """What the API server answered to each of the run's requests of ``verb`` that it got, in order."""
+    return [
+        r.upstream
+        for r in proxy.requests
+        if r.resource == "anarchonruns" and r.verb == verb and r.subresource == subresource and r.forwarded
+    ]
+
+
+#: A fault on a Skipped run's record, and the answers the API server then gives to its creates
+#: and its status writes (200: written; 409: a retry of what was applied, its reply lost).
+SKIP_FAULTS: dict[str, tuple[Fault, list[int], list[int]]] = {
+    "500 on the create": (Fault("status", code=500, verb="create", resource="anarchonruns", times=1), [201], [200]),
+    "created, reply lost": (Fault("lost_reply", verb="create", resource="anarchonruns", times=1), [201, 409], [200]),
+    "created, 504 instead of the reply": (
+        Fault("lost_reply", reply="status", verb="create", resource="anarchonruns", times=1),
+        [201, 409],
+        [200],
+    ),
+    "500 on the status write": (Fault("status", code=500, verb="update", times=1, **RUN_STATUS), [201], [200]),
+    # Twice: aiohttp sends a PUT whose connection closed once more by itself (on the version it
+    # just replaced: 409, that reply lost too); the try after that reads the run, finds it written.
+    "status written, reply lost": (Fault("lost_reply", verb="update", times=2, **RUN_STATUS), [201], [200, 409]),
+}
+
+
+@pytest.mark.parametrize("what", list(SKIP_FAULTS))
+async def test_a_skipped_runs_record_is_written_whole_through_an_api_fault(
+    cluster: Cluster, spec: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, what: str
+) -> None:
+    """A Skipped slot's run is created and its status written in one turn, the status from the
+    created (or, after a 409, the read) object: a fault on either is retried, and the slot ends
+    with one run that says Skipped and why, never a run without a phase (mending takes that for
+    an open run) nor an error out of the record.
+    """
+    fault, creates, writes = SKIP_FAULTS[what]
+    fault = proxy.add(dataclasses.replace(fault))  # a fresh copy: it counts its hits
+    await _record_skipped(through_proxy, spec, "the run of an earlier slot was still active")
+    assert fault.fired == fault.times, f"the fault ({what}) must have hit"
+    assert (_upstream(proxy, "create", ""), _upstream(proxy, "update", "status")) == (creates, writes), what
+    recorded = cluster.runs(spec.name)
+    assert [r["metadata"]["name"] for r in recorded] == [run_name(spec.name, SLOT)], "one run for the slot"
+    status = recorded[0].get("status") or {}
+    assert status == {
+        "phase": "Skipped",
+        "message": "the run of an earlier slot was still active",
+        "attempt": 0,
+        "instance": "skipper",
+    }, status
+    assert recorded[0]["spec"]["trigger"] == "Manual"
