@@ -13,16 +13,26 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from anarchon.engine import ClaimOutcome, ClaimRequest, LeaseBackend, StoreError, new_token
+from anarchon.engine import (
+    ClaimOutcome,
+    ClaimRequest,
+    LeaseBackend,
+    RunState,
+    StoreError,
+    TakeoverRequest,
+    new_token,
+)
 from anarchon.engine.backends import from_url
 from anarchon.engine.backends.postgres import CANCEL_GRACE_S
+from anarchon.engine.backends.redis import RedisBackend
+from anarchon.engine.batch import Coalescer
 from tests.faults.toxiproxy import (
     BUILD_COMMAND,
     BUILD_SCRIPT,
@@ -347,3 +357,256 @@ async def test_heartbeats_of_many_runs_at_once_go_together_on_one_connection(red
     direct = await redis_store.direct()
     leases = [(await direct.get_run(j, SLOT)) for j in jobs]
     assert {run.lease_until_ms for run in leases if run is not None} == {beat_at + 30_000}
+
+
+# -- the heartbeat batch (Redis) under faults --------------------------------------------------
+#
+# RedisBackend.heartbeat goes through a Coalescer (anarchon.engine.batch): a call is sent at once
+# while fewer than two batches are out, and otherwise waits with the others for the next batch,
+# which is one pipeline of EVALSHA on one lease connection. These tests put the fault in the way
+# of such a batch of many runs, written on a connection that was open and healthy.
+
+LEASE_MS = 30_000
+BEAT_AT = SLOT + 1_000  # the heartbeat every run has had before the fault
+BEAT_2 = SLOT + 2_000  # the heartbeat that meets the fault
+BEAT_3 = SLOT + 3_000  # the heartbeat after it
+BATCH = 40  # runs in the batch: ~10 kB of EVALSHA, which Redis reads and runs in one go
+
+
+@dataclass
+class Beats:
+    """Runs of one Redis backend on the proxy, claimed and heartbeating, and the batches they went in."""
+
+    store: Store
+    backend: RedisBackend
+    runs: list[ClaimRequest]
+    blockers: list[ClaimRequest]  # two more runs, whose heartbeats take the Coalescer's two slots
+    sizes: list[int] = field(default_factory=list)  # the size of each batch the Coalescer sent, in order
+    _before: Callable[[], object] | None = None
+    _sent: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        send = self.coalescer.send
+
+        async def spy(beats: list[Any]) -> Sequence[Any]:
+            self.sizes.append(len(beats))
+            if self._before is not None and len(beats) == len(self.runs):
+                self._before, before = None, self._before
+                before()
+                self._sent.set()
+            return await send(beats)
+
+        self.coalescer.send = spy
+
+    @property
+    def coalescer(self) -> Coalescer[Any, Any]:
+        return self.backend._beats
+
+    def beat(self, run: ClaimRequest, at: int) -> asyncio.Future[bool]:
+        return asyncio.ensure_future(self.backend.heartbeat(run.job, SLOT, run.token, at, LEASE_MS))
+
+    async def beat_all(self, at: int) -> list[object]:
+        """Every run's heartbeat at once (the first two go alone, the others in one batch)."""
+        return list(await asyncio.gather(*(self.beat(r, at) for r in self.runs), return_exceptions=True))
+
+    async def leases(self) -> list[int | None]:
+        """Each run's lease end as Redis holds it (read past the proxy)."""
+        direct = await self.store.direct()
+        runs = [await direct.get_run(r.job, SLOT) for r in self.runs]
+        return [None if run is None else run.lease_until_ms for run in runs]
+
+    def idle(self) -> None:
+        """The Coalescer holds nothing: no batch out, no call waiting (its two slots are free again)."""
+        assert (len(self.coalescer._out), len(self.coalescer._pending)) == (0, 0)
+
+    async def batch_meets(self, fault: Callable[[], object], at: int) -> list[asyncio.Future[bool]]:
+        """Every run's heartbeat in one batch of its own, sent on an open connection with
+        ``fault()`` put in place just before (it stays until the test removes it).
+
+        The blockers' heartbeats go first, each alone (the Coalescer's two slots); the runs'
+        heartbeats meanwhile wait together, and go as one pipeline when the first blocker is
+        answered, on the connection it has just used. What the blockers get is not checked
+        (the second may meet the fault too).
+        """
+        self._before = fault
+        self._sent.clear()
+        for blocker in self.blockers:  # their outcome is read here, so that no error goes unretrieved
+            self.beat(blocker, at).add_done_callback(lambda b: b.cancelled() or b.exception())
+        await asyncio.sleep(0)
+        assert len(self.coalescer._out) == 2, "the blockers' heartbeats take the two slots"
+        batch = [self.beat(r, at) for r in self.runs]
+        await asyncio.sleep(0)
+        assert len(self.coalescer._pending) == len(self.runs), "the runs' heartbeats wait together"
+        await asyncio.wait_for(self._sent.wait(), timeout=FAST_S)
+        assert self.sizes[-3:] == [1, 1, len(self.runs)], self.sizes
+        return batch
+
+
+async def heartbeating(s: Store, job: str, n: int = BATCH) -> Beats:
+    """``n`` runs claimed, each heartbeat once at BEAT_AT (which opens the lease connections)."""
+    backend = await s.through_proxy()
+    assert isinstance(backend, RedisBackend)
+    runs = [claim_request(f"{job}-{i}") for i in range(n)]
+    blockers = [claim_request(f"{job}-blocker-{i}") for i in range(2)]
+    won = await asyncio.gather(*(backend.claim(r) for r in runs + blockers))
+    assert {w.outcome for w in won} == {ClaimOutcome.WON}
+    beats = Beats(s, backend, runs, blockers)
+    assert await beats.beat_all(BEAT_AT) == [True] * n
+    assert beats.sizes == [1, 1, n - 2], "the batch path: two alone, then the others together"
+    assert await beats.leases() == [BEAT_AT + LEASE_MS] * n
+    beats.idle()
+    return beats
+
+
+async def settle(
+    calls: Sequence[asyncio.Future[Any]], *, within: float, proxy: StoreProxy
+) -> list[tuple[BaseException | None, float]]:
+    """Wait for every call, which must raise StoreError within ``within`` seconds: for each,
+    its exception and when it ended (seconds from now).
+
+    A call still waiting then fails the test (the faults are cleared first, so that it ends);
+    so does one that returned, or raised anything else.
+    """
+    t0 = time.monotonic()
+    ended: dict[asyncio.Future[Any], float] = {}
+    for call in calls:
+        call.add_done_callback(lambda c: ended.setdefault(c, time.monotonic() - t0))
+    _, waiting = await asyncio.wait(calls, timeout=within)
+    if waiting:
+        proxy.clear()
+        await asyncio.wait(waiting, timeout=30)
+        pytest.fail(f"{len(waiting)} of {len(calls)} heartbeats still waiting {within:.1f}s after the fault came")
+    wrong = [c.exception() or c.result() for c in calls if not isinstance(c.exception(), StoreError)]
+    assert not wrong, f"{len(wrong)} of {len(calls)} heartbeats did not raise StoreError: {wrong[:3]}"
+    return [(c.exception(), ended[c]) for c in calls]
+
+
+@pytest.mark.parametrize("fault", ["reset", "down"])
+async def test_redis_heartbeat_batch_cut_fails_each_heartbeat_at_once_then_recovers(
+    redis_store: Store, job: str, fault: str
+) -> None:
+    """A batch whose connection is reset, or whose proxy goes down, under it: StoreError for each
+    of its heartbeats at once, nothing done on the server; once the fault is gone the same runs'
+    next heartbeats go together again and each returns True (no broken connection kept, no
+    slot of the Coalescer lost)."""
+    s = redis_store
+    beats = await heartbeating(s, job)
+    cut = s.proxy.reset if fault == "reset" else s.proxy.down
+    batch = await beats.batch_meets(cut, BEAT_2)
+    outcomes = await settle(batch, within=FAST_S, proxy=s.proxy)
+    assert len(outcomes) == BATCH
+    # Calls made while the fault is still there fail at once too (a new connection is refused or reset).
+    later = [beats.beat(r, BEAT_2) for r in beats.runs]
+    await settle(later, within=FAST_S, proxy=s.proxy)
+    beats.idle()
+    assert await beats.leases() == [BEAT_AT + LEASE_MS] * BATCH, "the server never saw the batch"
+    s.proxy.clear()
+    assert await beats.beat_all(BEAT_3) == [True] * BATCH
+    assert beats.sizes[-1] == BATCH - 2, "they went together again"
+    assert await beats.leases() == [BEAT_3 + LEASE_MS] * BATCH
+    beats.idle()
+
+
+async def test_redis_heartbeat_batch_stalled_ends_at_the_socket_timeout_and_frees_its_slot(
+    redis_store: Store, job: str
+) -> None:
+    """A batch that gets no reply (a frozen server): StoreError for each heartbeat at the socket
+    timeout, not before and not much after. Calls made meanwhile are not held for ever: one
+    goes at once in the free slot, one waiting for a slot goes when the stalled batch ends
+    (at most one call's timeout more); all ended, the Coalescer holds nothing, and after the
+    stall the runs' heartbeats succeed."""
+    s = redis_store
+    beats = await heartbeating(s, job)
+    batch = await beats.batch_meets(s.proxy.stall, BEAT_2)
+    alone = beats.beat(beats.runs[0], BEAT_2)  # one slot is free: it goes at once
+    await asyncio.sleep(0)
+    queued = beats.beat(beats.runs[1], BEAT_2)  # both slots taken: it waits for one
+    await asyncio.sleep(0)
+    assert (len(beats.coalescer._out), len(beats.coalescer._pending)) == (2, 1)
+    outcomes = await settle([*batch, alone, queued], within=2 * TIMEOUT_S + SLACK_S, proxy=s.proxy)
+    *in_batch, (_, alone_s), (_, queued_s) = outcomes
+    assert all("Timeout" in str(exc) for exc, _ in in_batch), in_batch[0]
+    batch_s = [t for _, t in in_batch]
+    assert min(batch_s) >= TIMEOUT_S * 0.9 and max(batch_s) < TIMEOUT_S + SLACK_S, batch_s
+    assert TIMEOUT_S * 0.9 <= alone_s < TIMEOUT_S + SLACK_S, alone_s
+    # It waited for the first batch out to end (one timeout), then for its own call (one more).
+    assert TIMEOUT_S * 0.9 <= queued_s < 2 * TIMEOUT_S + SLACK_S, queued_s
+    beats.idle()
+    assert await beats.leases() == [BEAT_AT + LEASE_MS] * BATCH, "a frozen server runs nothing"
+    s.proxy.clear()
+    assert await beats.beat_all(BEAT_3) == [True] * BATCH
+    assert await beats.leases() == [BEAT_3 + LEASE_MS] * BATCH
+    beats.idle()
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["closed", "hung"])
+async def test_redis_heartbeat_batch_whose_reply_is_lost_was_done_and_a_retry_is_true(
+    redis_store: Store, job: str, hang: bool
+) -> None:
+    """Redis ran the batch's heartbeats and their replies were lost (the connection closed as
+    they came, or they never came): StoreError for each (at once, or at the socket timeout),
+    every lease was moved all the same, and each heartbeat sent again with the same token
+    returns True and leaves the lease where it is (a heartbeat done twice is done once)."""
+    s = redis_store
+    beats = await heartbeating(s, job)
+    batch = await beats.batch_meets(lambda: s.proxy.lose_replies(hang=hang), BEAT_2)
+    outcomes = await settle(batch, within=(TIMEOUT_S + SLACK_S) if hang else FAST_S, proxy=s.proxy)
+    if hang:
+        assert min(t for _, t in outcomes) >= TIMEOUT_S * 0.9, "no reply is noticed at the socket timeout"
+    assert await beats.leases() == [BEAT_2 + LEASE_MS] * BATCH, "the server ran every heartbeat of the batch"
+    s.proxy.clear()
+    assert await beats.beat_all(BEAT_2) == [True] * BATCH, "the same heartbeat again: still the holder"
+    assert beats.sizes[-1] == BATCH - 2
+    assert await beats.leases() == [BEAT_2 + LEASE_MS] * BATCH
+    assert await beats.beat_all(BEAT_3) == [True] * BATCH
+    assert await beats.leases() == [BEAT_3 + LEASE_MS] * BATCH
+    beats.idle()
+
+
+async def test_redis_heartbeat_batch_answers_each_heartbeat_on_its_own(redis_store: Store, job: str) -> None:
+    """One batch of heartbeats of current and fenced attempts: each gets its own answer (True
+    for the holder, False for a token taken over, released, finished or never claimed), and
+    only the holders' leases move. A refused heartbeat is an answer, not a failure of the batch."""
+    s = redis_store
+    beats = await heartbeating(s, job, n=24)
+    backend, runs = beats.backend, beats.runs
+    expired = BEAT_AT + LEASE_MS + 1
+    taken = runs[0::4]  # taken over by another instance once their lease ran out: their tokens are stale
+    takeovers = [
+        await backend.takeover(TakeoverRequest(r.job, SLOT, "instance-b", new_token(), expired, LEASE_MS, 3))
+        for r in taken
+    ]
+    assert {t.outcome for t in takeovers} == {ClaimOutcome.WON}
+    released, finished = runs[1], runs[2]
+    assert await backend.release(released.job, SLOT, released.token, expired, "handed over")
+    assert await backend.finish(finished.job, SLOT, finished.token, expired, RunState.SUCCEEDED)
+    never = claim_request(f"{job}-never")  # no such run
+    new_holders = [
+        ClaimRequest(r.job, SLOT, "instance-b", t.run.token, expired, LEASE_MS)
+        for r, t in zip(taken, takeovers, strict=True)
+        if t.run is not None
+    ]
+    stale = {r.token for r in [*taken, released, finished, never]}
+    mixed = [*runs, never, *new_holders]
+    now, far = expired + 1_000, expired + 600_000  # a refused heartbeat must not move a lease to `far`
+    answers = await asyncio.gather(
+        *(beats.beat(b, now) for b in beats.blockers),
+        *(beats.beat(r, far if r.token in stale else now) for r in mixed),
+        return_exceptions=True,
+    )
+    assert beats.sizes[-3:] == [1, 1, len(mixed)], "the mixed heartbeats went in one batch"
+    assert answers[2:] == [r.token not in stale for r in mixed]
+    assert answers.count(False) == len(stale) and answers.count(True) == len(mixed) - len(stale) + 2
+    direct = await s.direct()
+    for r in runs:
+        run = await direct.get_run(r.job, SLOT)
+        assert run is not None
+        if r is released:
+            assert (run.token, run.lease_until_ms) == ("", expired)
+        elif r is finished:
+            assert (run.state, run.lease_until_ms) == (RunState.SUCCEEDED, 0)
+        else:
+            assert run.lease_until_ms == now + LEASE_MS, (r.job, run)
+            assert run.token == (r.token if r not in taken else next(n.token for n in new_holders if n.job == r.job))
+    assert await direct.get_run(never.job, SLOT) is None
+    beats.idle()
