@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anarchon.engine import Cron, ScheduleError, cron, every, format_duration, parse_duration, slots_between
+from anarchon.engine import Cron, ScheduleError, cron, every, format_duration, parse_duration, schedule, slots_between
 
 from .cron_reference import Reference
 
@@ -484,3 +484,22 @@ def test_one_value_range_means_that_value() -> None:
     # Also after a skipped hour: 02:xx does not exist on 2026-03-29 in Paris, the next is a day later.
     sched = cron("*/30 2-2 * * *", "Europe/Paris")
     assert local(sched, [sched.next_after(ms(2026, 3, 29))]) == ["03-30 02:00+0200"]
+
+
+def test_jobs_of_the_same_cron_and_zone_compute_each_next_slot_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At an aligned slot 1,000 jobs on ``* * * * *`` each asked croniter for the same next slot
+    (4 % of a replica's CPU): equal Crons now share one answer; another zone is another answer."""
+    searched: Counter[str] = Counter()
+    search = Cron._search
+
+    def counted(self: Cron, t_ms: int) -> tuple[int, int]:
+        searched[self.tz] += 1
+        return search(self, t_ms)
+
+    jobs = [Cron("* * * * *") for _ in range(1000)] + [Cron("* * * * *", "Asia/Kolkata")]
+    monkeypatch.setattr(Cron, "_search", counted)
+    schedule._next_after.cache_clear()
+    t = 1_796_545_200_123
+    assert {cron.next_after(t) for cron in jobs[:-1]} == {1_796_545_260_000}
+    assert jobs[-1].next_after(t) == 1_796_545_260_000
+    assert searched == {"UTC": 1, "Asia/Kolkata": 1}, searched

@@ -145,7 +145,7 @@ class Cron:
         return self._periodic
 
     def next_after(self, t_ms: int) -> int:
-        return self._search(t_ms)[0]
+        return _next_after(self, t_ms)
 
     def _search(self, t_ms: int) -> tuple[int, int]:
         """The first slot after ``t_ms``, and how many candidate times croniter produced for it.
@@ -263,6 +263,14 @@ def cron(expression: str, tz: str = "UTC") -> Cron:
     writes wake every replica with the job's body, whose schedule is parsed again).
     """
     return Cron(expression, tz)
+
+
+@functools.lru_cache(maxsize=4096)
+def _next_after(cron: Cron, t_ms: int) -> int:
+    """:meth:`Cron.next_after`, computed once for every job of the same expression and zone (equal
+    Crons): at an aligned slot each of 1,000 jobs on ``* * * * *`` asks for the same next slot,
+    and croniter's answer (a millisecond or so) was 4 % of a replica's CPU there."""
+    return cron._search(t_ms)[0]
 
 
 def slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> Iterator[int]:
