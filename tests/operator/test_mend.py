@@ -398,6 +398,28 @@ async def test_the_store_looks_of_a_pass_are_made_once_per_period_not_at_every_p
     assert calls == {"history": 2, "prune": 2}, calls
 
 
+@contextlib.asynccontextmanager
+async def _replica_listener(
+    proxy: ApiFaultProxy, spec: JobSpec, *, api_concurrency: int | None = None
+) -> AsyncIterator[tuple[Kube, Any, Any]]:
+    """A replica's listener ("me") talking through ``proxy``, its run cache listed: (kube, listener, cache)."""
+    from anarchon.kube.listener import OperatorListener
+    from anarchon.kube.metrics import Metrics
+    from anarchon.kube.runcache import RunCache
+
+    kube = await connect(str(proxy.kubeconfig), api_concurrency=api_concurrency)
+    cache = RunCache(kube, [spec.namespace])
+    cache.start()
+    try:
+        await _until(lambda: cache.healthy, "the run cache listed")
+        listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me", run_cache=cache)
+        listener.bind(lambda job: spec, _no_refresh)
+        yield kube, listener, cache
+    finally:
+        await cache.stop()
+        await kube.close()
+
+
 @pytest.mark.parametrize("reporter_s", [5, 11])
 async def test_a_skip_is_looked_for_only_once_the_requests_queued_before_it_went_out(
     spec: JobSpec, cluster: Cluster, control_plane: Any, monkeypatch: pytest.MonkeyPatch, reporter_s: int
@@ -411,19 +433,10 @@ async def test_a_skip_is_looked_for_only_once_the_requests_queued_before_it_went
     from weakref import WeakKeyDictionary
 
     from anarchon.engine import Run
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
-    from anarchon.kube.runcache import RunCache
 
     monkeypatch.setattr(kube_client, "_turns", WeakKeyDictionary())  # this loop's turns: one
     with ApiFaultProxy(control_plane) as proxy:
-        kube = await connect(str(proxy.kubeconfig), api_concurrency=1)
-        cache = RunCache(kube, [spec.namespace])
-        cache.start()
-        try:
-            await _until(lambda: cache.healthy, "the run cache listed")
-            listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me", run_cache=cache)
-            listener.bind(lambda job: spec, _no_refresh)
+        async with _replica_listener(proxy, spec, api_concurrency=1) as (kube, listener, _):
             held = proxy.add(Fault("latency", seconds=8, verb="list", resource="configmaps", times=1))
             ours = proxy.add(Fault("latency", seconds=0, verb="create", resource="anarchonruns"))
             holding = asyncio.ensure_future(
@@ -440,9 +453,6 @@ async def test_a_skip_is_looked_for_only_once_the_requests_queued_before_it_went
             await asyncio.wait_for(holding, 30)
             await asyncio.wait_for(asyncio.gather(*listener._tasks), 30)
             assert ours.fired == 0, "this replica created the run the reporter wrote while ours queued"
-        finally:
-            await cache.stop()
-            await kube.close()
     assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is not None
 
 
@@ -458,48 +468,40 @@ async def test_a_skip_is_left_to_a_reporter_that_is_still_heard_from(
     one heard from that never writes it is replaced after SKIP_LEFT_TO_A_LIVE_REPORTER_S (8 s here)."""
     from anarchon.engine import Run
     from anarchon.kube import listener as listener_module
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
-    from anarchon.kube.runcache import RunCache
 
     monkeypatch.setattr(listener_module, "SKIP_LEFT_TO_A_LIVE_REPORTER_S", 8.0)
     silent_at = {"writes it at 10 s": 12.0, "falls silent at 2 s": 2.0}.get(reporter, 20.0)
     name = run_name(spec.name, NEW_SLOT)
-    with ApiFaultProxy(control_plane) as proxy:
-        kube = await connect(str(proxy.kubeconfig))
-        other = await connect(str(control_plane.kubeconfig))  # the reporter's: not through our proxy
-        cache = RunCache(kube, [spec.namespace])
-        cache.start()
-        try:
-            await _until(lambda: cache.healthy, "the run cache listed")
-            listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me", run_cache=cache)
-            listener.bind(lambda job: spec, _no_refresh)
-            ours = proxy.add(Fault("latency", seconds=0, verb="create", resource="anarchonruns"))
+    other = await connect(str(control_plane.kubeconfig))  # the reporter's: not through our proxy
+    try:
+        with ApiFaultProxy(control_plane) as proxy:
+            async with _replica_listener(proxy, spec) as (_, listener, cache):
+                ours = proxy.add(Fault("latency", seconds=0, verb="create", resource="anarchonruns"))
 
-            async def at_work() -> None:
-                """The reporter's other writes: a Skipped run of its own each second, until silent."""
+                async def at_work() -> None:
+                    """The reporter's other writes: a Skipped run of its own each second, until silent."""
+                    started = time.monotonic()
+                    for i in range(1, 100):
+                        if time.monotonic() - started >= silent_at:
+                            return
+                        await runs.record_skipped(other, spec, OLD_SLOT + i, "overlap", instance="reporter")
+                        if reporter == "writes it at 10 s" and time.monotonic() - started >= 10:
+                            await runs.record_skipped(other, spec, NEW_SLOT, "overlap", instance="reporter")
+                            return
+                        await asyncio.sleep(1)
+
+                working = asyncio.ensure_future(at_work())
+                await _until(lambda: cache.heard_from("reporter") is not None, "the reporter heard from")
+                key = engine_key(spec.namespace, spec.name, spec.uid)
                 started = time.monotonic()
-                for i in range(1, 100):
-                    if time.monotonic() - started >= silent_at:
-                        return
-                    await runs.record_skipped(other, spec, OLD_SLOT + i, "overlap", instance="reporter")
-                    if reporter == "writes it at 10 s" and time.monotonic() - started >= 10:
-                        await runs.record_skipped(other, spec, NEW_SLOT, "overlap", instance="reporter")
-                        return
-                    await asyncio.sleep(1)
-
-            working = asyncio.ensure_future(at_work())
-            await _until(lambda: cache.heard_from("reporter") is not None, "the reporter heard from")
-            key = engine_key(spec.namespace, spec.name, spec.uid)
-            started = time.monotonic()
-            listener.skipped_elsewhere(key, NEW_SLOT, Run(key, NEW_SLOT, RunState.SKIPPED, 0, "reporter", "", 0, 0, 0))
-            await asyncio.wait_for(asyncio.gather(*listener._tasks), 60)
-            took = time.monotonic() - started
-            await asyncio.wait_for(working, 60)
-        finally:
-            await cache.stop()
-            await kube.close()
-            await other.close()
+                listener.skipped_elsewhere(
+                    key, NEW_SLOT, Run(key, NEW_SLOT, RunState.SKIPPED, 0, "reporter", "", 0, 0, 0)
+                )
+                await asyncio.wait_for(asyncio.gather(*listener._tasks), 60)
+                took = time.monotonic() - started
+                await asyncio.wait_for(working, 60)
+    finally:
+        await other.close()
     status = cluster.get("anarchonrun", name)["status"]
     assert status["phase"] == "Skipped", status
     if reporter == "writes it at 10 s":
