@@ -335,6 +335,11 @@ class JobStatus:
             return
         if not self._due(self._pruned, spec, self.prune_every_ms):
             return
+        if not items and key in self._pruned:
+            # No run object, and pruned once already: a record comes with a run, and a run
+            # with its object. At 10,000 idle jobs these prunes were 21-33 store queries a
+            # second per replica (every job every 10 resyncs) for nothing.
+            return
         before = self.scheduler.clock.now_ms() - loop.options.records_needed_ms
         before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r))])
         await self.scheduler.backend.prune(key, before_slot=before)
