@@ -6,7 +6,12 @@ Run from the repository root, after ``bash tests/run.sh`` has built the control 
     PYTHONPATH=operator:. python bench/bench_scale.py [--jobs 100,1000] [--minutes 3] [--store redis]
 
 One test control plane (kube-apiserver with an audit log, kube-controller-manager at its default
-client limits, KWOK nodes: Pods "run" 1 s) serves both sides in turn, each N:
+client limits, KWOK nodes: Pods "run" 1 s) serves both sides in turn, each N (below). Its 3 nodes
+hold the largest N's Pods each: at a real node's 110, the cluster held 330 Pods at once, and at
+N = 1,000 a third of Anarchon's Pods (started within seconds of their slot, where CronJob's
+trickle in) waited Unschedulable ("Too many pods"); each runner then wrote the reason to its run
+and posted an Event, and wrote again when the Pod started: 0.64 status writes and 0.32 Events per
+run that measured the fake cluster's size, not the controllers. Each N:
 
 1. **CronJob**: N CronJobs, ``successfulJobsHistoryLimit: 10`` so that every Pod of the window is
    still there to count; kube-controller-manager's cronjob and job controllers make the Pods.
@@ -443,7 +448,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         tmp = args.logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="anarchon-bench-scale-")))
         tmp.mkdir(parents=True, exist_ok=True)
-        cp = stack.enter_context(ControlPlane(audit=True))
+        jobs = [int(x) for x in args.jobs.split(",")]
+        cp = stack.enter_context(ControlPlane(audit=True, pods_per_node=max(110, *jobs)))
         run(args, cp, tmp)
 
 

@@ -161,6 +161,7 @@ class ControlPlane:
         *,
         binaries: Path | str | None = None,
         node_count: int = 3,
+        pods_per_node: int = 110,
         start_timeout: float = 120.0,
         keep_run_dir: bool = False,
         audit: bool = False,
@@ -174,6 +175,8 @@ class ControlPlane:
         )
         self.bin_dir = Path(binaries) if binaries is not None else bin_dir()
         self.node_count = node_count
+        #: Each fake node's Pod capacity (a real kubelet's default is 110).
+        self.pods_per_node = pods_per_node
         self.start_timeout = start_timeout
         self.keep_run_dir = keep_run_dir
         #: With ``audit=True``, one JSON line per finished request (who, verb, resource), written by
@@ -682,8 +685,8 @@ class ControlPlane:
                     },
                 },
                 "status": {
-                    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-                    "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": str(self.pods_per_node)},
+                    "capacity": {"cpu": "32", "memory": "256Gi", "pods": str(self.pods_per_node)},
                     "nodeInfo": {
                         "architecture": "amd64",
                         "kubeletVersion": "fake",
