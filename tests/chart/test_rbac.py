@@ -33,7 +33,7 @@ NEEDED_IN_NAMESPACE = [
         for v in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
     ],
     *[(v, "anarchon.io", "anarchonruns", "status") for v in ("get", "patch", "update")],
-    *[(v, "", "pods", "") for v in ("get", "list", "watch", "create", "delete")],
+    *[(v, "", "pods", "") for v in ("get", "list", "watch", "create", "patch", "delete")],
     ("create", "", "events", ""),
     ("patch", "", "events", ""),
     ("create", "events.k8s.io", "events", ""),
@@ -51,7 +51,6 @@ FORBIDDEN_IN_NAMESPACE = [
     ("create", "", "pods", "portforward"),
     ("get", "", "pods", "log"),
     ("update", "", "pods", ""),
-    ("patch", "", "pods", ""),
     ("create", "", "pods", "eviction"),
     ("create", "", "serviceaccounts", "token"),
     ("create", "", "services", ""),

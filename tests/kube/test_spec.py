@@ -24,6 +24,7 @@ from anarchon.kube.constants import (
     ANNOTATION_TRIGGER,
     ANNOTATION_TRIGGER_HANDLED,
     LABEL_ATTEMPT,
+    LABEL_FOLLOWER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_RUN,
@@ -463,12 +464,13 @@ def test_slot_time() -> None:
 
 
 def test_label_keys() -> None:
-    assert (LABEL_JOB, LABEL_RUN, LABEL_SLOT, LABEL_ATTEMPT, LABEL_TRY) == (
+    assert (LABEL_JOB, LABEL_RUN, LABEL_SLOT, LABEL_ATTEMPT, LABEL_TRY, LABEL_FOLLOWER) == (
         "anarchon.io/job",
         "anarchon.io/run",
         "anarchon.io/slot",
         "anarchon.io/attempt",
         "anarchon.io/try",
+        "anarchon.io/follower",
     )
     assert ANNOTATION_SCHEDULED_AT == "anarchon.io/scheduled-at"
     assert (LABEL_MANAGED_BY, MANAGED_BY) == ("app.kubernetes.io/managed-by", "anarchon")

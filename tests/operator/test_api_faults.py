@@ -13,6 +13,7 @@ runner behind them) is held to the same faults at the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from anarchon.kube import client as kube_client
 from anarchon.kube import runs
 from anarchon.kube.client import Kube, connect
 from anarchon.kube.events import EventPoster
+from anarchon.kube.podwatch import PodWatch
 from anarchon.kube.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
@@ -296,3 +298,95 @@ async def test_a_skipped_runs_record_is_written_whole_through_an_api_fault(
         "instance": "skipper",
     }, status
     assert recorded[0]["spec"]["trigger"] == "Manual"
+
+
+@pytest.fixture
+def lasting(cluster: Cluster) -> Iterator[JobSpec]:
+    """A job whose Pods run 8 s: time for a backup to adopt one while it runs."""
+    cluster.apply(job_manifest("adopted", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "8"}))
+    yield parse_job(cluster.get("anarchonjob", "adopted"))
+
+
+def _follower(cluster: Cluster, spec: JobSpec) -> str:
+    (pod,) = cluster.pods(f"anarchon.io/run={run_name(spec.name, SLOT)}")
+    return str(pod["metadata"]["labels"]["anarchon.io/follower"])
+
+
+async def _launched_and_left(kube: Kube, spec: JobSpec) -> None:
+    """Attempt 1 (``runner-1``) launches the run's Pod and is fenced right after: the Pod runs on."""
+    with pytest.raises(RunInterrupted, match="fenced"):
+        await asyncio.wait_for(PodRunner(kube, EventPoster(kube), lambda: spec)(attempt(1, True)), 30)
+
+
+@contextlib.asynccontextmanager
+async def _pod_watch(kube: Kube, namespace: str, follower: str) -> AsyncIterator[PodWatch]:
+    watch = PodWatch(kube, [namespace], follower=follower)
+    watch.start()
+    try:
+        for _ in range(300):
+            if watch.healthy:
+                break
+            await asyncio.sleep(0.05)
+        assert watch.healthy
+        yield watch
+    finally:
+        await watch.stop()
+
+
+async def test_an_adopted_pod_is_labelled_for_its_new_follower_whose_watch_sees_its_end(
+    cluster: Cluster, lasting: JobSpec, kube: Kube
+) -> None:
+    """Each replica watches only the Pods labelled as followed by it: the backup that adopts a Pod
+    moves the label to itself, or its watch would never tell it of the Pod's end. Polling is
+    made slower than the test's bound here, so only the watch can end the run in time."""
+    await _launched_and_left(kube, lasting)
+    assert _follower(cluster, lasting) == "runner-1"
+    async with _pod_watch(kube, lasting.namespace, "runner-2") as watch:
+        backup = PodRunner(kube, EventPoster(kube), lambda: lasting, pod_watch=watch, poll_s=60, resync_s=60)
+        await asyncio.wait_for(backup(attempt(2, *YES)), 30)
+    assert _follower(cluster, lasting) == "runner-2"
+    status = _run(cluster, lasting)["status"]
+    assert (status["phase"], status["attempt"]) == ("Succeeded", 2), status
+
+
+RELABEL = {"resource": "pods", "verb": "patch"}
+RELABEL_FAULTS = {
+    "500 on every relabel": Fault("status", code=500, **RELABEL),
+    "relabelled, reply lost": Fault("lost_reply", times=1, **RELABEL),
+    "relabel held up": Fault("latency", seconds=12, times=1, **RELABEL),
+}
+
+
+@pytest.mark.parametrize("what", list(RELABEL_FAULTS))
+async def test_an_adopted_pod_whose_relabel_fails_is_polled_to_its_end(
+    cluster: Cluster, lasting: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, kube: Kube, what: str
+) -> None:
+    """A failed relabel only makes the outcome polled for (and the relabel tried again): it never
+    stalls the attempt, fails it, or leaves the run without its end."""
+    await _launched_and_left(kube, lasting)
+    fault = proxy.add(dataclasses.replace(RELABEL_FAULTS[what]))
+    async with _pod_watch(kube, lasting.namespace, "runner-2") as watch:
+        backup = PodRunner(
+            through_proxy, EventPoster(through_proxy), lambda: lasting, pod_watch=watch, poll_s=1, resync_s=60
+        )
+        await asyncio.wait_for(backup(attempt(2, *YES)), 45)
+    assert fault.fired >= 1, f"the fault ({what}) must have hit"
+    status = _run(cluster, lasting)["status"]
+    assert (status["phase"], status["attempt"]) == ("Succeeded", 2), status
+    assert _pods(cluster, lasting) == [run_name(lasting.name, SLOT)], "adopted, never launched beside"
+    if fault.times is None:
+        assert _follower(cluster, lasting) == "runner-1", "no relabel got through"
+        assert fault.fired >= 2, "tried again at the next look"
+
+
+async def test_a_stale_runner_does_not_take_the_pods_label_from_the_attempt_that_holds_the_run(
+    cluster: Cluster, lasting: JobSpec, kube: Kube
+) -> None:
+    """The label moves only after a lease check: a fenced runner taking it would blind the holder's watch."""
+    await _launched_and_left(kube, lasting)
+    async with _pod_watch(kube, lasting.namespace, "runner-2") as watch:
+        stale = PodRunner(kube, EventPoster(kube), lambda: lasting, pod_watch=watch, poll_s=1)
+        # Its lease holds for the adoption and the status write, and is found lost at the relabel.
+        with pytest.raises(RunInterrupted, match="fenced"):
+            await asyncio.wait_for(stale(attempt(2, True)), 30)
+    assert _follower(cluster, lasting) == "runner-1"

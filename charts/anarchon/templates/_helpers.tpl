@@ -121,7 +121,8 @@ Keep in sync with tests/chart/test_rbac.py, which checks them against the API se
   verbs: ["get", "patch", "update"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  # patch: a runner that adopts a Pod moves its anarchon.io/follower label to its own replica.
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]

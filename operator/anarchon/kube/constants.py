@@ -33,6 +33,10 @@ LABEL_SLOT: Final = f"{LABEL_PREFIX}slot"
 LABEL_ATTEMPT: Final = f"{LABEL_PREFIX}attempt"
 #: The try of the run a Pod is (1 for the first; retries after a failed Pod count up).
 LABEL_TRY: Final = f"{LABEL_PREFIX}try"
+#: On a Pod: the replica whose runner follows it (:func:`.pods.follower_label` of its instance),
+#: set at launch and moved by a runner that adopts the Pod. Each replica's Pod watch selects by
+#: it, so a replica decodes the events of its own Pods only, not of every replica's.
+LABEL_FOLLOWER: Final = f"{LABEL_PREFIX}follower"
 #: On every AnarchonRun and Pod the operator creates, with the value :data:`MANAGED_BY`;
 #: the Pod watch selects by it.
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"

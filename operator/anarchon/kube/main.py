@@ -29,6 +29,7 @@ from .health import HealthServer
 from .jobwatch import JobWatch
 from .listener import OperatorListener
 from .metrics import Metrics
+from .pods import follower_label
 from .podwatch import PodWatch
 from .runcache import RunCache
 
@@ -110,7 +111,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     listener = OperatorListener(metrics, kube, events, instance_id=instance_id, run_cache=run_cache)
     scheduler = Scheduler(backend, instance_id=instance_id, listener=listener, clock=clock)
     scheduler.lag.add_backlog(backlog_ms)  # a replica whose API requests queue leaves new slots to the others
-    pod_watch = PodWatch(kube, cfg.namespaces)
+    pod_watch = PodWatch(kube, cfg.namespaces, follower=follower_label(instance_id))
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
     # Before any job is added: jobs come only from the job watch, which starts below.

@@ -7,6 +7,8 @@ the run's name alone: that is what makes adoption possible after the runner died
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -18,12 +20,14 @@ from .constants import (
     ANNOTATION_SCHEDULED_AT,
     API_VERSION,
     LABEL_ATTEMPT,
+    LABEL_FOLLOWER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_RUN,
     LABEL_SLOT,
     LABEL_TRY,
     MANAGED_BY,
+    MERGE,
     RUN_KIND,
 )
 from .spec import JobSpec, slot_time
@@ -31,6 +35,31 @@ from .workload import run_env, with_run_env
 
 #: Failure reasons that say the Pod was lost rather than that its work failed.
 LOST_REASONS = frozenset({"Evicted", "NodeLost", "Preempting", "Shutdown", "Terminated", "NodeShutdown"})
+
+
+#: What a label value may be (at most 63 characters).
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def follower_label(instance: str) -> str:
+    """The :data:`LABEL_FOLLOWER` value of a replica: its instance id, made a valid label value.
+
+    The chart's instance ids (Pod names) are valid as they are. Others (the default
+    ``hostname:pid``) keep their readable characters and gain a digest of the whole id, so
+    two instances never share a value.
+    """
+    if _LABEL_VALUE.fullmatch(instance):
+        return instance
+    digest = hashlib.sha256(instance.encode()).hexdigest()[:12]
+    readable = re.sub(r"[^-A-Za-z0-9_.]", "-", instance)[:50].strip("-_.")
+    return f"{readable}-{digest}" if readable else digest
+
+
+def follower_of(pod: dict[str, Any] | None) -> str | None:
+    """The :data:`LABEL_FOLLOWER` value the Pod carries (None: none, e.g. launched by an older version)."""
+    labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+    value = labels.get(LABEL_FOLLOWER)
+    return None if value is None else str(value)
 
 
 class PodFate(StrEnum):
@@ -162,6 +191,7 @@ def build_pod(
             LABEL_ATTEMPT: str(attempt),
             LABEL_TRY: str(try_number),
             LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_FOLLOWER: follower_label(instance),
         }
     )
     annotations = dict(meta.get("annotations") or {})
@@ -208,6 +238,31 @@ async def read_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any] | No
         pod: dict[str, Any] = await call(
             f"reading Pod {namespace}/{name}",
             lambda: kube.request("GET", path("pods", namespace, name)),
+        )
+        return pod
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def follow_pod(kube: Kube, namespace: str, name: str, follower: str) -> dict[str, Any] | None:
+    """Label the Pod as followed by ``follower`` (an adopting replica's :func:`follower_label`):
+    from then on that replica's Pod watch delivers its changes. The Pod as patched; None if gone.
+
+    Sent once, not retried: the runner polls the Pod meanwhile and tries again at its next look
+    (a patch whose reply was lost then sets the same label a second time).
+    """
+    try:
+        pod: dict[str, Any] = await call(
+            f"labelling Pod {namespace}/{name} as followed by {follower}",
+            lambda: kube.request(
+                "PATCH",
+                path("pods", namespace, name),
+                {"metadata": {"labels": {LABEL_FOLLOWER: follower}}},
+                content_type=MERGE,
+            ),
+            retry_for_ms=0,
         )
         return pod
     except ApiException as exc:

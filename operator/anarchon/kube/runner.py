@@ -52,6 +52,7 @@ from .pods import (
     create_pod,
     delete_pod,
     fate_of,
+    follow_pod,
     pending_for_s,
     pods_of_run,
     read_pod,
@@ -333,9 +334,10 @@ class PodRunner:
     async def _until_gone(self, ctx: RunContext, spec: JobSpec, pod: str) -> None:
         while True:
             with interest_in(self.pod_watch, spec.namespace, pod) as changed:
-                if await read_pod(self.kube, spec.namespace, pod) is None:
+                if (lost := await read_pod(self.kube, spec.namespace, pod)) is None:
                     return
-                await self._wait(ctx, changed)
+                # The lost Pod may be another replica's to watch: then its deletion is polled for.
+                await self._wait(ctx, changed if self.pod_watch is None or self.pod_watch.covers(lost) else None)
             if ctx.stop.is_set():
                 raise _fenced(ctx) if ctx.stop_reason != SHUTDOWN else RunInterrupted(f"{ctx.instance} stopping")
 
@@ -405,9 +407,10 @@ class PodRunner:
                 if view.fate in (PodFate.LIVE, PodFate.LINGERING):
                     # A lingering Pod may still run: the lease is kept, so nobody launches beside it.
                     ctx.set_alive(True)
+                    covered = await self._covered(ctx, spec, view)
                     shown, left_s = await self._pending(ctx, spec, name, view, shown)
-                    watched = self.pod_watch is not None and self.pod_watch.healthy
-                    await self._wait(ctx, changed, at_most_s=left_s)
+                    watched = covered and self.pod_watch is not None and self.pod_watch.healthy
+                    await self._wait(ctx, changed if covered else None, at_most_s=left_s)
                     woke = changed if changed is not None and changed.is_set() else None
                     resync = woke is None and watched and self.pod_watch is not None and self.pod_watch.healthy
                     continue
@@ -439,6 +442,25 @@ class PodRunner:
                 message=f"run {name} attempt {ctx.attempt}: Pod {pod}: {view.message}; the next attempt relaunches it",
             )
             raise RunInterrupted(f"Pod {pod}: {view.message}")
+
+    async def _covered(self, ctx: RunContext, spec: JobSpec, view: PodView) -> bool:
+        """Whether our Pod watch delivers the Pod's changes; if it does not (an adopted Pod carries
+        the launching replica's follower label), label the Pod as ours first.
+
+        The label moves only while this attempt holds the run: a stale runner taking it back
+        would leave the holder's watch blind. A failed relabel is tried again at the next look;
+        until then the Pod is polled, so a failed call only makes the outcome seen later.
+        """
+        watch = self.pod_watch
+        if watch is None or watch.follower is None or watch.covers(view.body):
+            return True
+        await _confirm(ctx)
+        try:
+            # The relabel is an event of our watch: it wakes the interest registered before the read.
+            return await follow_pod(self.kube, spec.namespace, view.name, watch.follower) is not None
+        except Exception as exc:
+            log.warning("labelling Pod %s/%s as followed here failed (%s): polling it", spec.namespace, view.name, exc)
+            return False
 
     async def _pending(
         self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, shown: str | None
