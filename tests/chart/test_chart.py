@@ -198,7 +198,7 @@ NAMESPACED_RULES = {
         *("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"),
     },
     ("anarchon.io", "anarchonruns/status"): {"get", "patch", "update"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
