@@ -53,6 +53,7 @@ def test_the_pod_knows_its_run_and_a_relaunched_pod_has_a_greater_token(
         "anarchon.io/slot": str(SLOT),
         "anarchon.io/attempt": "1",
         "anarchon.io/try": "1",
+        "anarchon.io/follower": "replica-0",  # the one replica, whose Pod watch selects by it
     }
 
     # The Pod is lost: the next attempt launches it again, under the same name, with a greater token.
