@@ -18,8 +18,8 @@ the largest, were half the bytes every replica decoded, each replica decoding ev
 A Pod whose label moved to another replica leaves this watch with a DELETED event carrying its
 state before the move, as a deletion would: so with a follower every DELETED only makes whoever
 waits on the Pod read it afresh (a GET that answers 404 after a real deletion, rare while a
-runner follows its Pod). A runner waits on the watch only for a
-Pod that carries its label (:meth:`PodWatch.covers`); another it polls.
+runner follows its Pod). A runner waits on the watch only for a Pod that carries its label
+(:meth:`PodWatch.covers`); another it polls.
 """
 
 from __future__ import annotations
