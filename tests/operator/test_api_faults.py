@@ -30,6 +30,7 @@ from anarchon.kube.podwatch import PodWatch
 from anarchon.kube.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.kube.test_podwatch import _started
 
 from .conftest import Cluster, job_manifest
 from .test_runner_fencing import SLOT, attempt
@@ -320,14 +321,8 @@ async def _launched_and_left(kube: Kube, spec: JobSpec) -> None:
 
 @contextlib.asynccontextmanager
 async def _pod_watch(kube: Kube, namespace: str, follower: str) -> AsyncIterator[PodWatch]:
-    watch = PodWatch(kube, [namespace], follower=follower)
-    watch.start()
+    watch = await _started(PodWatch(kube, [namespace], follower=follower))
     try:
-        for _ in range(300):
-            if watch.healthy:
-                break
-            await asyncio.sleep(0.05)
-        assert watch.healthy
         yield watch
     finally:
         await watch.stop()
@@ -354,16 +349,25 @@ RELABEL_FAULTS = {
     "500 on every relabel": Fault("status", code=500, **RELABEL),
     "relabelled, reply lost": Fault("lost_reply", times=1, **RELABEL),
     "relabel held up": Fault("latency", seconds=12, times=1, **RELABEL),
+    "relabel timed out": Fault("latency", seconds=10, times=1, **RELABEL),  # the client gives up at 2 s here
 }
 
 
 @pytest.mark.parametrize("what", list(RELABEL_FAULTS))
 async def test_an_adopted_pod_whose_relabel_fails_is_polled_to_its_end(
-    cluster: Cluster, lasting: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, kube: Kube, what: str
+    cluster: Cluster,
+    lasting: JobSpec,
+    proxy: ApiFaultProxy,
+    through_proxy: Kube,
+    kube: Kube,
+    what: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A failed relabel only makes the outcome polled for (and the relabel tried again): it never
     stalls the attempt, fails it, or leaves the run without its end."""
     await _launched_and_left(kube, lasting)
+    if what == "relabel timed out":
+        monkeypatch.setattr(kube_client, "REQUEST_TIMEOUT_S", 2.0)
     fault = proxy.add(dataclasses.replace(RELABEL_FAULTS[what]))
     async with _pod_watch(kube, lasting.namespace, "runner-2") as watch:
         backup = PodRunner(
