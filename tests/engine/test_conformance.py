@@ -358,11 +358,24 @@ async def test_setup_is_idempotent(make_backend: Callable[[], LeaseBackend], job
         await backend.close()
 
 
-@pytest.mark.parametrize("outcome", [RunState.CLAIMED, RunState.SKIPPED])
+@pytest.mark.parametrize("outcome", [RunState.CLAIMED, RunState.RUNNING])
 async def test_finish_refuses_non_outcomes(lease_backend: LeaseBackend, job_name: str, outcome: RunState) -> None:
     await lease_backend.claim(req(job_name, 1, token="t"))
     with pytest.raises(ValueError):
         await lease_backend.finish(job_name, 1, "t", NOW, outcome)
+
+
+async def test_a_claimed_run_may_end_skipped_and_leaves_the_active_runs(
+    lease_backend: LeaseBackend, job_name: str
+) -> None:
+    """A handler that finds an earlier run's work still alive (RunSkipped) ends its won run Skipped:
+    final, out of the active runs, so the next slot is claimed as if it never ran."""
+    await lease_backend.claim(req(job_name, 1, token="t"))
+    assert await lease_backend.finish(job_name, 1, "t", NOW + 1, RunState.SKIPPED, "skipped: Pod p still live")
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.SKIPPED and run.error == "skipped: Pod p still live"
+    assert await lease_backend.active_runs(job_name) == []
+    assert (await lease_backend.claim(req(job_name, 2, token="u", overlap=Overlap.SKIP))).won
 
 
 async def test_expired_runs_are_the_active_runs_whose_lease_ended_newest_first(

@@ -23,6 +23,7 @@ from anarchon.engine import (
     Run,
     RunContext,
     RunFailed,
+    RunGivenUp,
     RunInterrupted,
     RunState,
     ScaledClock,
@@ -327,6 +328,64 @@ async def test_interrupted_attempt_is_retried_up_to_max_attempts(cluster, clock:
     assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 3
     assert [c.attempt for c in calls.calls] == [1, 2, 3]
     assert [a_.outcome for a_ in run.attempts] == [RunState.INTERRUPTED] * 3
+
+
+async def test_a_resumable_jobs_takeovers_go_past_max_attempts_until_its_handler_gives_up(
+    cluster, clock: ScaledClock, job_name: str
+) -> None:
+    """A handler that resumes live work (the operator adopts a Pod) counts its own relaunches:
+    the store lets its run be taken over past max_attempts, and RunGivenUp ends it Interrupted."""
+    (a, _), (b, _) = cluster(2)
+    calls = Calls(clock)
+
+    async def lose_then_give_up(ctx: RunContext) -> None:
+        if ctx.attempt < 5:
+            raise RunInterrupted("the runner lost its Pod's news")
+        raise RunGivenUp("gave up: launched too often")
+
+    for s in (a, b):
+        s.schedule(
+            job_name,
+            every("1h"),
+            calls.handler(lose_then_give_up),
+            jitter=0,
+            heartbeat="500ms",
+            max_attempts=1,
+            resumable=True,
+        )
+        await s.start()
+    await a.trigger(job_name, slot=1_000)
+    await wait_for(lambda: len(calls.calls) == 5, what="5 attempts, past max_attempts 1")
+
+    async def final() -> bool:
+        r = await a.backend.get_run(job_name, 1_000)  # type: ignore[attr-defined]
+        return r is not None and not r.state.active
+
+    for _ in range(200):
+        if await final():
+            break
+        await asyncio.sleep(0.02)
+    await clock.sleep(3_000)  # two more leases: a sixth attempt would have started
+    run = await a.backend.get_run(job_name, 1_000)  # type: ignore[attr-defined]
+    assert run is not None and run.state is RunState.INTERRUPTED and run.attempt == 5
+    assert run.error == "gave up: launched too often"
+    assert [c.attempt for c in calls.calls] == [1, 2, 3, 4, 5]
+
+
+async def test_resume_claims_a_forgotten_open_run_only_once_it_was_missing_for_a_lease(
+    cluster, clock: ScaledClock, job_name: str
+) -> None:
+    """JobLoop.resume: the caller's record says the run is open, the store has none of it."""
+    ((a, _),) = cluster(1)
+    calls = Calls(clock)
+    loop = a.schedule(job_name, every("1h"), calls.handler(), jitter=0, heartbeat="500ms")
+    await a.start()
+    assert not await loop.resume(7_000), "the first look only notes the run as missing"
+    assert not await loop.resume(7_000), "a live runner may still claim it back within a lease"
+    await clock.sleep(loop.options.lease_ms)
+    assert await loop.resume(7_000)
+    await wait_for(lambda: len(calls.calls) == 1, what="the resumed run's attempt")
+    assert calls.calls[0].attempt == 1 and calls.calls[0].slot == 7_000
 
 
 async def test_suspend(cluster, clock: ScaledClock, job_name: str) -> None:

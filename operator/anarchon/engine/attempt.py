@@ -4,7 +4,8 @@ This is the lease logic of the runner side. While the handler runs and says it i
 the lease is pushed forward every heartbeat. Whatever happens, exactly one of these ends
 the attempt in the store, always with the attempt's own token:
 
-* handler returns → ``finish(Succeeded)``; raises → ``finish(Failed)``;
+* handler returns → ``finish(Succeeded)``; raises → ``finish(Failed)`` (RunGivenUp:
+  ``finish(Interrupted)``, RunSkipped: ``finish(Skipped)``);
 * timeout (of the current try, see ``RunContext.restart_timeout``) → the handler is told to
   stop, then cancelled, ``finish(Failed)``;
 * handler raises RunInterrupted, or the instance stops → ``release`` (next attempt at once);
@@ -21,7 +22,7 @@ from typing import Any
 
 from .backend import ClaimRequest, LeaseBackend
 from .clock import Clock
-from .errors import RunFailed, RunInterrupted, StoreError, StoreLostState, is_store_error
+from .errors import RunFailed, RunGivenUp, RunInterrupted, RunSkipped, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Handler, ResolvedOptions, RunContext
 from .model import HANDED_OVER, REPLACED_BY, Overlap, RunState, token_hash
@@ -254,6 +255,10 @@ class AttemptRunner:
             if ctx.stop_reason == SHUTDOWN:
                 return await self._release(f"{HANDED_OVER}: {exc or SHUTDOWN}")
             return await self._release(str(exc) or "interrupted")
+        if isinstance(exc, RunGivenUp):
+            return await self._finish(RunState.INTERRUPTED, str(exc) or "given up")
+        if isinstance(exc, RunSkipped):
+            return await self._finish(RunState.SKIPPED, str(exc) or "skipped")
         if isinstance(exc, RunFailed):
             error = str(exc) or "failed"
         else:

@@ -48,3 +48,13 @@ class RunInterrupted(AnarchonError):
 
 class RunFailed(AnarchonError):
     """Raised by a handler to fail the run with a message, without a traceback in the log."""
+
+
+class RunGivenUp(AnarchonError):
+    """Raised by a handler that counts its own attempts (``JobOptions.resumable``) when the run
+    may not start its work again: the run ends Interrupted, for good, with this message."""
+
+
+class RunSkipped(AnarchonError):
+    """Raised by a handler that finds, after the claim, that the run must not start: an earlier
+    run's work still lives where the store did not see it (overlap Skip). The run ends Skipped."""

@@ -14,6 +14,7 @@ from .errors import ConfigError
 from .limits import (
     MAX_ATTEMPTS,
     MAX_JITTER_MS,
+    MAX_TAKEOVERS,
     MIN_ATTEMPTS,
     MIN_CATCH_UP_WINDOW_MS,
     MIN_EVERY_MS,
@@ -92,6 +93,12 @@ class RunContext:
     def set_alive(self, alive: bool) -> None:
         self._alive = alive
 
+    def continue_after(self, recorded: int) -> None:
+        """Number this attempt after ``recorded``, the last attempt the handler's own durable
+        record knows: a store that lost its state counts a run's attempts from 1 again, and
+        numbers must never go back (a record's writes are guarded by them)."""
+        self.attempt = max(self.attempt, recorded + 1)
+
     def request_stop(self, reason: str) -> None:
         if not self.stop.is_set():
             self.stop_reason = reason
@@ -129,6 +136,11 @@ class JobOptions:
     timeout_ms: int | None = None
     stop_grace_ms: int = 5_000
     suspend: bool = False
+    #: A takeover may resume the work where it still runs (the operator adopts a live Pod), so
+    #: not every attempt starts the work anew. The handler then counts its own relaunches
+    #: against ``max_attempts`` (raising RunGivenUp past them), and the store gives a run up
+    #: only after :data:`~.limits.MAX_TAKEOVERS` attempts: never while its work lives.
+    resumable: bool = False
 
     @property
     def effective_lease_ms(self) -> int:
@@ -152,6 +164,12 @@ class ResolvedOptions:
     stop_grace_ms: int
     suspend: bool
     leases: bool
+    resumable: bool = False
+
+    @property
+    def takeover_bound(self) -> int:
+        """How many attempts the store lets a run have before it gives the run up."""
+        return MAX_TAKEOVERS if self.resumable else self.max_attempts
 
     @property
     def claim_retry_ms(self) -> int:
@@ -252,6 +270,7 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
         stop_grace_ms=options.stop_grace_ms,
         suspend=options.suspend,
         leases=leases,
+        resumable=options.resumable,
     )
     if not leases:
         # Every contender of one slot must arrive while the store still remembers the claim.

@@ -144,6 +144,8 @@ class JobLoop:
         self._since_ms: int | None = None
         #: Until when claims wait, after the store said it lost its state (:class:`StoreLostState`).
         self._held_until_ms = 0
+        #: Slots the handler's record says are open and the store had no record of, and since when.
+        self._forgotten: dict[int, int] = {}
 
     @property
     def job(self) -> Job:
@@ -215,6 +217,34 @@ class JobLoop:
             run = self._run_attempt(result.run, result, cause=Cause.MANUAL)
             self._spawn(run, f"anarchon-run:{self._job.name}@{slot}")
         return result
+
+    async def resume(self, slot: int) -> bool:
+        """Claim again, and run, a run the store has forgotten while it was open: True if won.
+
+        For a caller whose own durable record (the operator's run object) says the run never
+        ended while the store has no record of it: a store that lost its state. A runner still
+        alive claims its run back at its next heartbeat, so a slot is claimed here only once it
+        has been missing for a lease (two calls at least a lease apart); the handler of the won
+        attempt then picks the run up where its record and its work stand.
+        """
+        now = self.clock.now_ms()
+        lease = self._opts.lease_ms
+        self._forgotten = {s: t for s, t in self._forgotten.items() if now - t < 10 * lease}
+        since = self._forgotten.setdefault(slot, now)
+        if self._stopping or slot in self._running or now - since < lease:
+            return False
+        del self._forgotten[slot]
+        request = ClaimRequest(self._job.name, slot, self.instance, new_token(), now, lease, Overlap.ALLOW)
+        try:
+            result = await self._claims.claim(request)
+        except StoreError as exc:
+            self.listener.store_error("claim", self._job.name, str(exc))
+            return False
+        if not result.won or result.run is None:
+            return False
+        log.warning("%s@%s: the store had forgotten this open run; claimed it again", self._job.name, slot)
+        self._spawn(self._run_attempt(result.run, result), f"anarchon-resume:{self._job.name}@{slot}")
+        return True
 
     # -- the slot loop -------------------------------------------------------------------------
 
@@ -489,7 +519,7 @@ class JobLoop:
             new_token(),
             self.clock.now_ms(),
             opts.lease_ms,
-            opts.max_attempts + handed_over,
+            opts.takeover_bound + handed_over,
         )
         try:
             result = await backend.takeover(request)

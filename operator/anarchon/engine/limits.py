@@ -57,6 +57,12 @@ MIN_STARTING_DEADLINE_OVER_JITTER_MS: Final = 1_000
 MIN_ATTEMPTS: Final = 1
 MAX_ATTEMPTS: Final = 10
 
+#: Attempts a run may have in all, counting takeovers, for a handler that resumes work still
+#: running elsewhere (``JobOptions.resumable``: the operator adopts a live Pod) and counts its
+#: own relaunches against ``maxAttempts``. Only a guard against runners failing in a loop: one
+#: takeover needs a lease to run out, and a Pod outliving a thousand of them is not plausible.
+MAX_TAKEOVERS: Final = 1_000
+
 #: Runs kept per outcome (``successfulRunsHistoryLimit``, ``failedRunsHistoryLimit``). Each kept
 #: run is an AnarchonRun and a Pod, every status refresh of the job reads all of them and every
 #: replica holds them in memory: at a thousand that is megabytes per job. A longer record of what ran belongs in logs

@@ -638,8 +638,8 @@ class PostgresBackend(LeaseBackend):
         self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
     ) -> bool:
         outcome = RunState(outcome)
-        if outcome.active or outcome is RunState.SKIPPED:
-            raise ValueError(f"finish: {outcome} is not an outcome of a run that ran")
+        if outcome.active:
+            raise ValueError(f"finish: {outcome} is not an outcome")
         params = (now_ms, str(outcome), error, str(outcome), error, now_ms, job, slot, token)
         return await self._rowcount(self._q_finish, params, lease=True) == 1
 

@@ -838,7 +838,7 @@ class RedisBackend(LeaseBackend):
     async def finish(
         self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None
     ) -> bool:
-        if outcome.active or outcome is RunState.SKIPPED:
+        if outcome.active:
             # The same refusal as transitions.finish, before touching the store.
             transitions.finish(None, token, now_ms, outcome, error)
         reply = await self._call(
