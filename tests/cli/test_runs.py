@@ -33,13 +33,26 @@ def test_runs_shows_attempts_instances_and_outcome(cluster: Cluster, replicas_fa
         (2, backup, "Succeeded"),
     ]
     header, row = ok(cli("runs", "relay")).splitlines()
-    assert header.split() == ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "TRIES", "OUTCOME", "MESSAGE"]
-    assert row.split()[:8] == [
+    assert header.split() == [
+        "RUN",
+        "SLOT",
+        "TRIGGER",
+        "PHASE",
+        "ATTEMPTS",
+        "TAKEOVERS",
+        "INSTANCES",
+        "TRIES",
+        "OUTCOME",
+        "MESSAGE",
+    ]
+    assert done["takeovers"] == 1, "the backup adopted the live Pod"
+    assert row.split()[:9] == [
         done["name"],
         done["slotTime"],
         "Manual",
         "Succeeded",
         "2",
+        "1",
         f"{runner},{backup}",
         "1",
         "Succeeded",

@@ -264,7 +264,7 @@ def test_valid_cron_job_with_everything_set(crds: ControlPlane, namespace: str) 
     expected = {k: v for k, v in full.items() if v is not None}
     assert created["spec"] == expected, "nothing may be pruned from a full spec (PodSpec fields included)"
     parsed = parse_job(created)
-    assert parsed.options.lease_ms == 60_000 and parsed.options.timeout_ms == 5_400_000
+    assert parsed.options.lease_ms == 60_000 and parsed.timeout_ms == 5_400_000
     assert parsed.pending_timeout_ms == 600_000
     assert (parsed.retries.limit, parsed.retries.backoff_ms, parsed.retries.max_backoff_ms) == (6, 5_000, 86_400_000)
     assert parsed.template["spec"]["nodeSelector"] == {"disk": "ssd"}

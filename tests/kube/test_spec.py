@@ -85,7 +85,8 @@ def test_minimal_every_spec_gets_every_default() -> None:
     assert o.catch_up_window_ms == 3_600_000
     assert o.starting_deadline_ms is None
     assert o.max_attempts == 3
-    assert o.timeout_ms is None
+    assert job.timeout_ms is None and o.timeout_ms is None, "the runner times a try, not the engine"
+    assert o.resumable, "a takeover may adopt a live Pod: the runner counts relaunches"
     assert job.pending_timeout_ms is None
     assert job.retries.max_tries == 1, "no retry unless asked for"
     assert o.suspend is False
@@ -153,7 +154,7 @@ def test_every_field_set() -> None:
     assert o.catch_up_window_ms == 2 * 86_400_000
     assert o.starting_deadline_ms == 90_000
     assert o.max_attempts == 10
-    assert o.timeout_ms == 300_000
+    assert job.timeout_ms == 300_000
     assert o.suspend is True
     assert (job.successful_history, job.failed_history) == (0, 7)
     assert job.pending_timeout_ms == 120_000
@@ -197,7 +198,7 @@ def test_the_smallest_and_largest_accepted_values() -> None:
     job = parse_job(body({"every": "1s", "heartbeat": "500ms", "lease": "1s", "timeout": "1s", "jitter": "1h"}))
     o = job.options
     assert job.schedule == Every(1_000)
-    assert (o.heartbeat_ms, o.lease_ms, o.timeout_ms, o.jitter_ms) == (500, 1_000, 1_000, 3_600_000)
+    assert (o.heartbeat_ms, o.lease_ms, job.timeout_ms, o.jitter_ms) == (500, 1_000, 1_000, 3_600_000)
     assert parse_job(body({"heartbeat": "500ms"})).options.effective_lease_ms == 1_500  # the default: 3 heartbeats
 
 

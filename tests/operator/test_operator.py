@@ -90,7 +90,11 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
     assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Succeeded"]
 
 
-def test_run_that_loses_its_last_attempt_ends_interrupted(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
+def test_run_whose_pod_is_lost_more_often_than_max_attempts_ends_interrupted(
+    cluster: Cluster, replicas_factory, tmp_path: Path
+) -> None:
+    """maxAttempts bounds launches of the Pod: every Pod vanishes, so after 2 launches the third
+    attempt gives the run up (Interrupted) instead of launching again."""
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     for i in range(2):
         replicas.start(f"replica-{i}")
@@ -100,15 +104,16 @@ def test_run_that_loses_its_last_attempt_ends_interrupted(cluster: Cluster, repl
     final = cluster.wait(
         lambda: [r["status"] for r in cluster.runs("doomed") if (r.get("status") or {}).get("finishTime")],
         timeout=90,
-        what="the run to end once its attempts are used up",
+        what="the run to end once its launches are used up",
     )[0]
     assert final["phase"] == "Interrupted", final
-    assert final["attempt"] == 2
-    assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Interrupted"]
-    assert final["message"].startswith("gave up after attempt 2 of 2: Pod "), final["message"]
+    assert final["attempt"] == 3
+    assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Interrupted", "Interrupted"]
+    assert [a.get("launched", False) for a in final["attempts"]] == [True, True, False]
+    assert final["message"].startswith("gave up: its Pod was launched 2 times (maxAttempts 2): Pod "), final["message"]
     assert cluster.events("RunInterrupted")
-    time.sleep(3)  # a third attempt would have been launched by now: there is none
-    assert [r["status"]["attempt"] for r in cluster.runs("doomed")] == [2]
+    time.sleep(3)  # a third launch would have come by now: there is none
+    assert [r["status"]["attempt"] for r in cluster.runs("doomed")] == [3]
     assert not cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
 
 

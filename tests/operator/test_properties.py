@@ -114,8 +114,8 @@ def _within_limits(job: JobSpec) -> list[str]:
         broken.append(f"heartbeat {o.heartbeat_ms} ms")
     if o.effective_lease_ms < L.MIN_LEASE_HEARTBEATS * o.heartbeat_ms:
         broken.append(f"lease {o.effective_lease_ms} ms")
-    if o.timeout_ms is not None and o.timeout_ms < L.MIN_TIMEOUT_MS:
-        broken.append(f"timeout {o.timeout_ms} ms")
+    if job.timeout_ms is not None and job.timeout_ms < L.MIN_TIMEOUT_MS:
+        broken.append(f"timeout {job.timeout_ms} ms")
     if o.jitter_ms > L.MAX_JITTER_MS:
         broken.append(f"jitter {o.jitter_ms} ms")
     if o.catch_up_window_ms < L.MIN_CATCH_UP_WINDOW_MS:

@@ -56,7 +56,7 @@ def _step(entry: dict[str, Any], number: str, *extra: str) -> dict[str, Any]:
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """A run: its outcome once it has one (an Interrupted run without a finish time waits for its next attempt)."""
     spec, status = run.get("spec") or {}, run.get("status") or {}
-    attempts = [_step(a, "attempt", "instance") for a in status.get("attempts") or []]
+    attempts = [_step(a, "attempt", "instance", "launched", "adopted") for a in status.get("attempts") or []]
     tries = [_step(t, "try") for t in status.get("tries") or []]
     return {
         "name": run["metadata"]["name"],
@@ -66,6 +66,7 @@ def run_record(run: dict[str, Any]) -> dict[str, Any]:
         "phase": status.get("phase"),
         "outcome": None if open_run(run) else status.get("phase"),
         "attempts": attempts,
+        "takeovers": int(status.get("takeovers") or 0),
         "try": int(status.get("try") or 1),
         "tries": tries,
         "startTime": status.get("startTime"),
@@ -78,10 +79,11 @@ def run_record(run: dict[str, Any]) -> dict[str, Any]:
 def run_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The runs table: one line per run, its attempts counted and their instances in order, its tries.
 
-    Attempts follow interruptions (a runner lost, a hand-over); tries follow failed Pods
+    Attempts follow interruptions (a runner lost, a hand-over); TAKEOVERS counts those that
+    adopted the live Pod (not counted against maxAttempts); tries follow failed Pods
     (``spec.retries``): TRIES is the try the run is on, or ended on.
     """
-    headers = ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "INSTANCES", "TRIES", "OUTCOME", "MESSAGE"]
+    headers = ["RUN", "SLOT", "TRIGGER", "PHASE", "ATTEMPTS", "TAKEOVERS", "INSTANCES", "TRIES", "OUTCOME", "MESSAGE"]
     rows = [
         [
             r["name"],
@@ -89,6 +91,7 @@ def run_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
             r["trigger"] or "-",
             r["phase"] or "-",
             str(len(r["attempts"])),
+            str(r["takeovers"]),
             ",".join(a["instance"] or "?" for a in r["attempts"]) or "-",
             str(r["try"]),
             r["outcome"] or "-",

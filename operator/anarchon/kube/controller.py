@@ -149,6 +149,7 @@ class JobController:
             on_change=self.status.refresh_soon,
             pod_watch=self.pod_watch,
             wrote=None if self.run_cache is None else self.run_cache.wrote,
+            runs_of=None if self.run_cache is None else self.run_cache.runs_of,
             on_launch=self._launched,
         )
 

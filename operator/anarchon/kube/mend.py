@@ -11,7 +11,9 @@ So every status refresh of a job looks over its open runs (the ones no attempt o
 replica runs) and asks the store about each: a run the store ended more than a lease ago
 (whoever ended it has had its chance to write) gets the store's verdict on its object, and a
 replaced run's live Pods are deleted first. The writes are idempotent and guarded like any
-other, so replicas doing this at once agree.
+other, so replicas doing this at once agree. A run the store has no record of at all (it lost
+its state) is claimed again once it has been missing for a lease (:meth:`JobLoop.resume`): its
+object and its Pods are the record, and the attempt that wins picks the run up from them.
 
 Some runs never got an object at all: the replica that recorded a Skipped slot died before
 writing it, a run was replaced or given up while every attempt had broken off before its
@@ -68,7 +70,13 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
             # for it (at 1,000 jobs a minute, ~2 a run: every refresh and resync found most runs open).
             continue
         run = await backend.get_run(key, slot)
-        if run is None or run.state.active or scheduler.clock.now_ms() - run.updated_ms < grace_ms:
+        if run is None:
+            # Open here, unknown to the store: it lost its state. Nobody's lease covers the run
+            # any more, so no backup would take it over: it is claimed again and picked up.
+            if await loop.resume(slot):
+                mended.append(item["metadata"]["name"])
+            continue
+        if run.state.active or scheduler.clock.now_ms() - run.updated_ms < grace_ms:
             continue
         name = item["metadata"]["name"]
         await _close(kube, spec, name, run)

@@ -148,6 +148,15 @@ def pending_for_s(pod: dict[str, Any] | None, now: datetime) -> float | None:
     return (now - since).total_seconds()
 
 
+def running_for_s(pod: dict[str, Any] | None, now: datetime) -> float | None:
+    """How long the Pod has run: since its ``status.startTime`` (when its node took it), from
+    which its activeDeadlineSeconds counts too; None before that."""
+    started = ((pod or {}).get("status") or {}).get("startTime")
+    if not started:
+        return None
+    return (now - datetime.fromisoformat(str(started).replace("Z", "+00:00"))).total_seconds()
+
+
 def _failure_message(status: dict[str, Any]) -> str:
     if status.get("reason") == "DeadlineExceeded":
         return "the Pod ran past its active deadline (timeout)"
@@ -215,18 +224,32 @@ def build_pod(
     for key in ("initContainers", "containers"):
         if pod_spec.get(key):
             pod_spec[key] = [with_run_env(c, env) for c in pod_spec[key]]
-    if spec.options.timeout_ms and "activeDeadlineSeconds" not in pod_spec:
-        pod_spec["activeDeadlineSeconds"] = max(1, -(-spec.options.timeout_ms // 1000))
+    if spec.timeout_ms and "activeDeadlineSeconds" not in pod_spec:
+        pod_spec["activeDeadlineSeconds"] = max(1, -(-spec.timeout_ms // 1000))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": pod_spec}
+
+
+async def _pods_with(kube: Kube, namespace: str, label: str, value: str, what: str) -> list[dict[str, Any]]:
+    listing = await call(
+        f"listing Pods of {what} {namespace}/{value}",
+        lambda: kube.request("GET", path("pods", namespace), params={"labelSelector": f"{label}={value}"}),
+    )
+    return list(listing.get("items") or [])
+
+
+async def pods_of_job(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:
+    """Every Pod of every run of a job: what of it runs, whatever the store remembers."""
+    return await _pods_with(kube, namespace, LABEL_JOB, job, "job")
+
+
+def run_of(pod: dict[str, Any]) -> str:
+    """The run a Pod belongs to (its label)."""
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_RUN) or "")
 
 
 async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, Any]]:
     """Every Pod of a run, oldest try first, and within a try oldest attempt first."""
-    listing = await call(
-        f"listing Pods of run {namespace}/{run}",
-        lambda: kube.request("GET", path("pods", namespace), params={"labelSelector": f"{LABEL_RUN}={run}"}),
-    )
-    items: list[dict[str, Any]] = list(listing.get("items") or [])
+    items = await _pods_with(kube, namespace, LABEL_RUN, run, "run")
     items.sort(
         key=lambda p: (try_of(p), int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
     )

@@ -38,8 +38,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..engine import RunContext, RunFailed, RunInterrupted
-from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN, TIMEOUT
+from ..engine import Overlap, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped
+from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN
 from ..engine.durations import format_duration
 from . import runs
 from .client import ApiException, Kube, in_background, transient
@@ -54,8 +54,11 @@ from .pods import (
     fate_of,
     follow_pod,
     pending_for_s,
+    pods_of_job,
     pods_of_run,
     read_pod,
+    run_of,
+    running_for_s,
     try_of,
     waiting_of,
 )
@@ -104,6 +107,7 @@ class PodRunner:
         pod_watch: PodWatch | None = None,
         on_launch: Callable[[RunContext], None] | None = None,
         wrote: Callable[[dict[str, Any]], None] | None = None,
+        runs_of: Callable[[str, str], list[dict[str, Any]] | None] | None = None,
         poll_s: float = 1.0,
         resync_s: float = 30.0,
     ) -> None:
@@ -114,6 +118,7 @@ class PodRunner:
         self.pod_watch = pod_watch
         self.on_launch = on_launch  # called once a Pod was created (metrics)
         self.wrote = wrote  # told each run object we created or wrote (the run cache)
+        self.runs_of = runs_of  # a job's run objects as the run cache has them (None: not live)
         self.poll_s = poll_s  # how often a Pod is read when no watch wakes us
         self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
         #: Each running attempt's run object as last created or written (by run name).
@@ -122,7 +127,7 @@ class PodRunner:
     async def __call__(self, ctx: RunContext) -> None:
         try:
             await _unless_shutdown(ctx, self._attempt(ctx))
-        except (RunFailed, RunInterrupted):
+        except (RunFailed, RunInterrupted, RunGivenUp, RunSkipped):
             raise
         except Exception as exc:
             # Only a Pod's outcome is the run's outcome. An API error that outlasted its retries
@@ -142,27 +147,40 @@ class PodRunner:
         self._noted(run)
         self._in_hand[name] = runs.InHand(run)
         try:
-            await self._attempt_with(ctx, spec, name, run)
+            status: runs.Status = dict(run.get("status") or {})
+            await _number_after_record(ctx, status)
+            if runs.ended(status):
+                _end_as_recorded(ctx, status)
+                return
+            await self._attempt_with(ctx, spec, name, run, status)
         finally:
             self._in_hand.pop(name, None)
 
-    async def _attempt_with(self, ctx: RunContext, spec: JobSpec, name: str, run: dict[str, Any]) -> None:
+    async def _attempt_with(
+        self, ctx: RunContext, spec: JobSpec, name: str, run: dict[str, Any], status: runs.Status
+    ) -> None:
         run_uid = uid_of(run)
         for old in ctx.replaced:
-            await self._replace(spec, old.slot, ctx.slot)
-        status: runs.Status = dict(run.get("status") or {})
+            await self._replace(spec, run_name(spec.name, old.slot), name)
+        if not status and spec.options.overlap in (Overlap.SKIP, Overlap.REPLACE):
+            await self._overlap_in_kubernetes(ctx, spec, name)
         try_number, existing = await self._current_try(ctx, spec, name, status)
         next_try_at = runs.next_try_time(status, try_number)
+        if not any(v.fate is not PodFate.LOST for v in existing):  # nothing to adopt: this attempt launches
+            if runs.try_past_deadline(status, try_number, spec.timeout_ms, datetime.now(UTC)):
+                # Its Pod was deleted for its deadline by a runner that did not live to record it.
+                await self._fail(ctx, spec, name, _past_timeout(spec), runs.DEADLINE_EXCEEDED)
+            # maxAttempts bounds launches of the workload: a takeover that adopts the live Pod is free.
+            if (launched := runs.launches_before(status, ctx.attempt)) >= spec.max_attempts:
+                await self._give_up(ctx, spec, name, status, launched)
         while True:
             # Watched from before its launch, a Pod needs no read after it: its create's reply is
             # its state then, and every change since reaches ``since``.
             with interest_in(self.pod_watch, spec.namespace, pod_name(name, try_number)) as since:
-                view, launched = await self._adopt_or_launch(
-                    ctx, spec, name, run_uid, try_number, existing, next_try_at
-                )
+                view, new = await self._adopt_or_launch(ctx, spec, name, run_uid, try_number, existing, next_try_at)
                 await self._changed(spec, ended=False)
                 try:
-                    failed = await self._follow(ctx, spec, name, view, try_number, since if launched else None)
+                    failed = await self._follow(ctx, spec, name, view, try_number, since if new else None)
                 finally:
                     with contextlib.suppress(Exception):
                         await self._changed(spec, ended=True)
@@ -170,6 +188,50 @@ class PodRunner:
                 return
             next_try_at = await self._try_failed(ctx, spec, name, try_number, failed)
             try_number, existing = try_number + 1, []
+
+    async def _give_up(self, ctx: RunContext, spec: JobSpec, name: str, status: runs.Status, launched: int) -> None:
+        """The run's Pod is lost and was launched as often as maxAttempts allows: the run ends Interrupted."""
+        why = str(status.get("message") or "its Pod was lost")
+        message = f"gave up: its Pod was launched {launched} times (maxAttempts {spec.max_attempts}): {why}"
+        await self._end(ctx, spec, name, "Interrupted", message, final=True)
+        await self.events.about(spec, reason="RunInterrupted", warning=True, message=f"run {name}: {message}")
+        raise RunGivenUp(message)
+
+    async def _overlap_in_kubernetes(self, ctx: RunContext, spec: JobSpec, name: str) -> None:
+        """Overlap Skip and Replace by what runs, not only by what the store remembers.
+
+        A store that lost its state (or a run it ended while its Pod lived on) lets a new slot be
+        claimed beside a live Pod of an earlier run. Skip then ends this run Skipped; Replace
+        ends the earlier run first, as it does for the runs the store names.
+        """
+        live = await self._live_of_other_runs(spec, name)
+        if not live:
+            return
+        if spec.options.overlap is Overlap.REPLACE:
+            for other in sorted({run for run, _ in live}):
+                await self._replace(spec, other, name)
+            return
+        other, pod = live[0]
+        message = f"skipped: the run {other} is still active (its Pod {pod} is live)"
+        await _confirm(ctx)
+        await self._write(ctx, spec, name, lambda s: runs.skipped(s, message=message, instance=ctx.instance))
+        await self.events.about(spec, reason="Skipped", message=f"run {name}: {message}")
+        raise RunSkipped(message)
+
+    async def _live_of_other_runs(self, spec: JobSpec, name: str) -> list[tuple[str, str]]:
+        """Live Pods of the job's other runs, as (run, Pod). Only the runs whose object is open
+        are looked at while the run cache is live (most often none: no request); else one LIST."""
+        objects = self.runs_of(spec.namespace, spec.name) if self.runs_of is not None else None
+        if objects is None:
+            pods = await pods_of_job(self.kube, spec.namespace, spec.name)
+        else:
+            pods = []
+            for obj in objects:
+                other = str(obj["metadata"]["name"])
+                if other != name and not runs.ended(obj.get("status") or {}):
+                    pods += await pods_of_run(self.kube, spec.namespace, other)
+        live = (PodFate.LIVE, PodFate.LINGERING)
+        return [(run_of(p), fate_of(p).name) for p in pods if run_of(p) != name and fate_of(p).fate in live]
 
     async def _changed(self, spec: JobSpec, *, ended: bool) -> None:
         if self.on_change is not None:
@@ -198,7 +260,7 @@ class PodRunner:
             if keep.fate not in (PodFate.SUCCEEDED, PodFate.FAILED):
                 # A Pod that already ended only gives the run its outcome: the run is not
                 # reopened as Running on the way (it may already say how it ended).
-                await self._start_attempt(ctx, spec, name, keep.name, try_number)
+                await self._start_attempt(ctx, spec, name, keep.name, try_number, adopted=True)
             await self.events.about(
                 spec,
                 reason="Adopted",
@@ -304,7 +366,6 @@ class PodRunner:
         shutdown a backup launches the try at the same time; replaced, the run just ends.
         """
         ctx.set_alive(True)
-        ctx.pause_timeout()
         while (left_s := (at - datetime.now(UTC)).total_seconds()) > 0 and not ctx.stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ctx.stop.wait(), left_s)
@@ -315,7 +376,6 @@ class PodRunner:
                 await end_replaced(self.kube, spec.namespace, name, [], "replaced by a newer run (overlap Replace)")
                 raise RunInterrupted(f"replaced in the backoff before try {try_number}")
             raise _fenced(ctx)
-        ctx.restart_timeout()
 
     async def _fenced_after_launch(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, new: bool) -> None:
         """Fenced with the run's Pod just created (frozen past the lease between check and create).
@@ -341,14 +401,16 @@ class PodRunner:
             if ctx.stop.is_set():
                 raise _fenced(ctx) if ctx.stop_reason != SHUTDOWN else RunInterrupted(f"{ctx.instance} stopping")
 
-    async def _start_attempt(self, ctx: RunContext, spec: JobSpec, name: str, pod: str, try_number: int) -> None:
+    async def _start_attempt(
+        self, ctx: RunContext, spec: JobSpec, name: str, pod: str, try_number: int, *, adopted: bool = False
+    ) -> None:
         try:
             await self._write(
                 ctx,
                 spec,
                 name,
                 lambda s: runs.start_attempt(
-                    s, attempt=ctx.attempt, instance=ctx.instance, pod=pod, try_number=try_number
+                    s, attempt=ctx.attempt, instance=ctx.instance, pod=pod, try_number=try_number, adopted=adopted
                 ),
             )
         except runs.RunEnded as exc:
@@ -385,6 +447,7 @@ class PodRunner:
         # is background work, behind the requests that launch runs and write their ends. At
         # 3,000 jobs a minute these reads were 6 per run, of runs kept waiting by the backlog.
         resync = False
+        past_deadline = False  # the Pod ran past the job's timeout: it was deleted, and is followed to its end
         while True:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
@@ -409,6 +472,10 @@ class PodRunner:
                     ctx.set_alive(True)
                     covered = await self._covered(ctx, spec, view)
                     shown, left_s = await self._pending(ctx, spec, name, view, shown)
+                    deadline_s = await self._deadline(ctx, spec, name, view)
+                    past_deadline = past_deadline or deadline_s == 0
+                    if deadline_s:
+                        left_s = deadline_s if left_s is None else min(left_s, deadline_s)
                     watched = covered and self.pod_watch is not None and self.pod_watch.healthy
                     await self._wait(ctx, changed if covered else None, at_most_s=left_s)
                     woke = changed if changed is not None and changed.is_set() else None
@@ -417,19 +484,16 @@ class PodRunner:
             if view.fate is PodFate.SUCCEEDED:
                 await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
                 return None
+            if past_deadline:
+                # Deleted for its deadline (by us, or by an attempt before us), and not succeeded first: it failed.
+                view = PodView(pod, PodFate.FAILED, _past_timeout(spec), view.body)
             if view.fate is PodFate.FAILED:
                 # A try that ran past its deadline is not retried: it would most likely hang again.
-                if spec.retries.may_retry(try_number) and not _deadline_exceeded(view):
+                deadline = past_deadline or _deadline_exceeded(view)
+                if spec.retries.may_retry(try_number) and not deadline:
                     return view
                 message = view.message if try_number == 1 else f"failed after {try_number} tries: {view.message}"
-                await self._end(ctx, spec, name, "Failed", message, final=True)
-                await self.events.about(
-                    spec,
-                    reason="RunFailed",
-                    warning=True,
-                    message=f"run {name}: {message}",
-                )
-                raise RunFailed(message)
+                await self._fail(ctx, spec, name, message, runs.DEADLINE_EXCEEDED if deadline else None)
             # Lost or gone: this attempt is over, the next one relaunches.
             ctx.set_alive(False)
             if view.fate is PodFate.LOST:
@@ -442,6 +506,35 @@ class PodRunner:
                 message=f"run {name} attempt {ctx.attempt}: Pod {pod}: {view.message}; the next attempt relaunches it",
             )
             raise RunInterrupted(f"Pod {pod}: {view.message}")
+
+    async def _fail(self, ctx: RunContext, spec: JobSpec, name: str, message: str, reason: str | None) -> None:
+        """The run failed (its last try's Pod did): the object says so, an Event, the engine is told."""
+        await self._end(ctx, spec, name, "Failed", message, final=True, reason=reason)
+        await self.events.about(spec, reason="RunFailed", warning=True, message=f"run {name}: {message}")
+        raise RunFailed(message)
+
+    async def _deadline(self, ctx: RunContext, spec: JobSpec, name: str, view: PodView) -> float | None:
+        """Seconds until the try's Pod reaches the job's timeout (None: no bound, or not started).
+
+        At the deadline the Pod is deleted, with its own grace period, and 0 returned: the run
+        then follows it until it has stopped (Succeeded if it did first, else Failed). The
+        kubelet enforces the Pod's activeDeadlineSeconds too, but not every node does (one cut
+        off from the API server runs it on), and a run written Failed beside a Pod that goes
+        on is a lie.
+        """
+        if spec.timeout_ms is None:
+            return None
+        ran_s = running_for_s(view.body, datetime.now(UTC))
+        if ran_s is None:
+            return None
+        if (left_s := spec.timeout_ms / 1000 - ran_s) > 0:
+            return left_s
+        if view.fate is PodFate.LIVE:
+            await _confirm(ctx)
+            await delete_pod(self.kube, spec.namespace, view.name)
+            message = f"run {name}: Pod {view.name} ran past timeout ({format_duration(spec.timeout_ms)}): deleting it"
+            await self.events.about(spec, reason=runs.DEADLINE_EXCEEDED, warning=True, message=message)
+        return 0.0
 
     async def _covered(self, ctx: RunContext, spec: JobSpec, view: PodView) -> bool:
         """Whether our Pod watch delivers the Pod's changes; if it does not (an adopted Pod carries
@@ -515,13 +608,6 @@ class PodRunner:
     async def _stopped(self, ctx: RunContext, spec: JobSpec, name: str, pod: str) -> None:
         if ctx.stop_reason == SHUTDOWN:
             raise RunInterrupted(f"{ctx.instance} stopping: Pod {pod} left running for a backup to adopt")
-        if ctx.stop_reason == TIMEOUT:
-            # Confirm before the delete: a runner that froze past its lease and wakes to its
-            # timeout must not delete the Pod a backup has adopted meanwhile.
-            await _confirm(ctx)
-            await delete_pod(self.kube, spec.namespace, pod)
-            await self._end(ctx, spec, name, "Failed", "timed out", final=True)
-            return
         if ctx.stop_reason == REPLACED:
             why = "replaced by a newer run (overlap Replace)"
             ended = await end_replaced(self.kube, spec.namespace, name, [pod], why)
@@ -562,20 +648,19 @@ class PodRunner:
             poll_s, resync_s = min(poll_s, at_most_s), min(resync_s, at_most_s)
         await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=poll_s, resync_s=resync_s)
 
-    async def _replace(self, spec: JobSpec, old_slot: int, new_slot: int) -> None:
+    async def _replace(self, spec: JobSpec, old: str, new: str) -> None:
         """Overlap Replace, by the new run's winner: the older run's Pods go, its object says why.
 
         The older run's own runner does the same when the store tells it it was replaced, so
         neither dying half-way leaves the old Pod running. Best effort here: the new run
         does not fail because the old one could not be cleaned up.
         """
-        old = run_name(spec.name, old_slot)
-        message = f"replaced by the run of {run_name(spec.name, new_slot)}"
+        message = f"replaced by the run of {new}"
         try:
             pods = [p["metadata"]["name"] for p in await pods_of_run(self.kube, spec.namespace, old)]
             await end_replaced(self.kube, spec.namespace, old, pods, message)
         except Exception as exc:
-            log.warning("cleaning up %s, replaced by %s, failed: %s", old, run_name(spec.name, new_slot), exc)
+            log.warning("cleaning up %s, replaced by %s, failed: %s", old, new, exc)
             return
         await self.events.about(spec, reason="Replaced", message=f"run {old} {message}")
 
@@ -622,9 +707,49 @@ async def _stop_pod(kube: Kube, namespace: str, pod: str) -> PodView | None:
             return None
 
 
+def _past_timeout(spec: JobSpec) -> str:
+    return f"the Pod ran past timeout ({format_duration(spec.timeout_ms or 0)}) and was stopped"
+
+
 def _deadline_exceeded(view: PodView) -> bool:
     """The Pod ran past its activeDeadlineSeconds (the job's timeout), rather than exiting non-zero."""
     return str(((view.body or {}).get("status") or {}).get("reason") or "") == "DeadlineExceeded"
+
+
+async def _number_after_record(ctx: RunContext, status: runs.Status) -> None:
+    """Number the attempt after the last one the run's object records, if the store counts fewer.
+
+    Only a store that lost its state counts fewer (it numbers a run it claims again from 1): a
+    runner of a later attempt would hold the run, and the heartbeat here would fail. Without
+    this the object's attempt guard refuses every write of the new attempts, and the run stays
+    Running for ever.
+    """
+    recorded = int(status.get("attempt") or 0)
+    if recorded < ctx.attempt:
+        return
+    await _confirm(ctx)
+    log.warning(
+        "%s@%s: the store counts attempt %d, the run's object %d already: this is attempt %d",
+        ctx.job,
+        ctx.slot,
+        ctx.attempt,
+        recorded,
+        recorded + 1,
+    )
+    ctx.continue_after(recorded)
+
+
+def _end_as_recorded(ctx: RunContext, status: runs.Status) -> None:
+    """The run's object says how the run ended, and the store still has it open (it lost the
+    end, or claimed the run anew): the store ends it the same way. Returns for Succeeded."""
+    phase, message = status.get("phase"), str(status.get("message") or "")
+    log.warning("%s@%s: the run's object says %s; the store had it open", ctx.job, ctx.slot, phase)
+    if phase == "Failed":
+        raise RunFailed(message or "failed")
+    if phase == "Skipped":
+        raise RunSkipped(message or "skipped")
+    if phase == "Interrupted":
+        raise RunGivenUp(message or "interrupted")
 
 
 async def _confirm(ctx: RunContext) -> None:

@@ -172,6 +172,8 @@ async def update_status(
 POD_PENDING = "PodPending"
 #: The run's ``status.reason`` when its Pod stayed Pending past the job's ``pendingTimeout``.
 PENDING_TIMEOUT = "PendingTimeout"
+#: The run's ``status.reason`` when its try's Pod ran past the job's ``timeout`` (as the kubelet says it).
+DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
 def _pending_condition(status: Status, pending: bool, reason: str, message: str) -> None:
@@ -226,6 +228,19 @@ def _close_open_attempts(attempts: list[dict[str, Any]], now: str) -> None:
             previous.setdefault("finishTime", now)
 
 
+def _count_takeovers(status: Status) -> None:
+    status["takeovers"] = sum(1 for a in status.get("attempts") or [] if a.get("adopted"))
+
+
+def launches_before(status: Status, attempt: int) -> int:
+    """How often attempts before ``attempt`` launched the run's Pod: what maxAttempts bounds.
+
+    Only attempts that recorded a launch count: one that adopted a live Pod, found it ended, or
+    broke off before its start was recorded launched nothing.
+    """
+    return sum(1 for a in status.get("attempts") or [] if int(a.get("attempt", 0)) < attempt and a.get("launched"))
+
+
 class RunEnded(Exception):
     """The run's object says it is over: an attempt must not start (or reopen) it."""
 
@@ -236,8 +251,11 @@ def ended(status: Status) -> bool:
     return phase in ("Succeeded", "Failed", "Skipped") or (phase == "Interrupted" and bool(status.get("finishTime")))
 
 
-def start_attempt(status: Status, *, attempt: int, instance: str, pod: str, try_number: int = 1) -> Status:
-    """Attempt ``attempt`` follows ``pod``, the Pod of try ``try_number`` (launched or adopted).
+def start_attempt(
+    status: Status, *, attempt: int, instance: str, pod: str, try_number: int = 1, adopted: bool = False
+) -> Status:
+    """Attempt ``attempt`` follows ``pod``, the Pod of try ``try_number``: launched, or ``adopted``
+    from an earlier attempt (a takeover, which ``status.takeovers`` counts and maxAttempts does not).
 
     Raises :class:`RunEnded` if the run has ended meanwhile (replaced by a newer run, given
     up): a start that was held up by API errors must not bring an ended run back to Running.
@@ -247,8 +265,17 @@ def start_attempt(status: Status, *, attempt: int, instance: str, pod: str, try_
     now = now_rfc3339()
     attempts = [a for a in status.get("attempts") or [] if int(a.get("attempt", 0)) != attempt]
     _close_open_attempts(attempts, now)
-    attempts.append({"attempt": attempt, "instance": instance, "podName": pod, "outcome": "Running", "startTime": now})
+    entry_of_attempt: dict[str, Any] = {
+        "attempt": attempt,
+        "instance": instance,
+        "podName": pod,
+        "outcome": "Running",
+        "startTime": now,
+    }
+    entry_of_attempt["adopted" if adopted else "launched"] = True
+    attempts.append(entry_of_attempt)
     status.update(phase="Running", attempt=attempt, instance=instance, podName=pod, attempts=attempts, message="")
+    _count_takeovers(status)
     status.setdefault("startTime", now)
     tries = list(status.get("tries") or [])
     entry = next((t for t in tries if int(t.get("try", 0)) == try_number), None)
@@ -289,6 +316,16 @@ def try_failed(status: Status, *, try_number: int, message: str, next_try_at: da
     if any(c.get("type") == POD_PENDING and c.get("status") == "True" for c in status.get("conditions") or []):
         _pending_condition(status, False, "TryFailed", message)
     return status
+
+
+def try_past_deadline(status: Status, try_number: int, timeout_ms: int | None, now: datetime) -> bool:
+    """Whether try ``try_number`` was launched more than ``timeout_ms`` before ``now``: its Pod,
+    gone, was stopped for its deadline (or would have been), and is not launched again."""
+    entry = next((t for t in status.get("tries") or [] if int(t.get("try", 0)) == try_number), None)
+    if timeout_ms is None or entry is None or not entry.get("startTime"):
+        return False
+    started = datetime.fromisoformat(str(entry["startTime"]).replace("Z", "+00:00"))
+    return (now - started).total_seconds() * 1000 > timeout_ms
 
 
 def next_try_time(status: Status, try_number: int) -> datetime | None:
@@ -339,6 +376,14 @@ def end_attempt(
         status["finishTime"] = now
     else:
         status["phase"] = "Interrupted"
+    return status
+
+
+def skipped(status: Status, *, message: str, instance: str) -> Status | None:
+    """The run was claimed but must not start (an earlier run's Pod is live): it ends Skipped."""
+    if ended(status):
+        return None
+    status.update(phase="Skipped", message=message, attempt=0, instance=instance, finishTime=now_rfc3339())
     return status
 
 

@@ -118,8 +118,18 @@ class JobSpec:
     failed_history: int
     #: How long an attempt's Pod may stay Pending (from its creation) before the run fails; None: no bound.
     pending_timeout_ms: int | None = None
+    #: How long one try's Pod may run (from its start); None: no bound. The runner enforces it
+    #: (a node may not), not the engine: the engine's timer starts again with each attempt, and
+    #: cannot wait for the Pod it deleted to stop.
+    timeout_ms: int | None = None
     #: New Pods after a failed one (``spec.retries``); none unless asked for.
     retries: Retries = NO_RETRIES
+
+    @property
+    def max_attempts(self) -> int:
+        """How often a run's Pod may be launched (maxAttempts); the parser always sets it."""
+        assert self.options.max_attempts is not None
+        return self.options.max_attempts
 
     @property
     def engine_name(self) -> str:
@@ -499,8 +509,9 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         catch_up_window_ms=window,
         starting_deadline_ms=starting_deadline,
         max_attempts=max_attempts,
-        timeout_ms=timeout,
         suspend=suspend,
+        # The runner counts relaunches against maxAttempts itself: a takeover that adopts a live Pod is free.
+        resumable=True,
     )
     return JobSpec(
         namespace=namespace,
@@ -513,6 +524,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         successful_history=successful,
         failed_history=failed,
         pending_timeout_ms=pending_timeout,
+        timeout_ms=timeout,
         retries=retries,
     )
 

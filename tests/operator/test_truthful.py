@@ -1,0 +1,179 @@
+"""The history tells the truth under harsh faults (issue 25), replicas as processes, real servers.
+
+Each test puts the operator where the chaos soak's harsh profile found it lying: a long Pod
+outliving several runners, a Pod past its timeout that its node does not stop, a store that
+restarts without its data while a run is open. What is checked is what Kubernetes shows.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.servers.redis import RedisServer
+from tests.servers.redis import start_or_fail as start_redis_or_fail
+
+from .conftest import Cluster, Replicas, job_manifest
+
+RUN_SECONDS = "anarchon.test/run-seconds"
+
+
+def _status(run: dict[str, Any]) -> dict[str, Any]:
+    return dict(run.get("status") or {})
+
+
+def _live(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and pod.get("status", {}).get("phase") in (
+        None,
+        "Pending",
+        "Running",
+    )
+
+
+def _runner_of(cluster: Cluster, job: str, attempt: int) -> str:
+    """The replica running attempt ``attempt`` (or later) of the job's one run, once it has started."""
+    run = cluster.wait(
+        lambda: [r for r in cluster.runs(job) if int(_status(r).get("attempt") or 0) >= attempt],
+        timeout=60,
+        what=f"attempt {attempt} of {job}",
+    )[0]
+    return str(_status(run)["instance"])
+
+
+def test_takeovers_that_adopt_the_live_pod_do_not_use_up_max_attempts(
+    cluster: Cluster, replicas_factory, tmp_path
+) -> None:
+    """maxAttempts 1, and the runner of a 25 s Pod killed twice: both backups adopt the Pod, and
+    the run ends Succeeded as its Pod did. Before, the first takeover gave the run up
+    ("gave up after attempt 1 of 1") while its Pod ran on and then succeeded."""
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    for i in range(3):
+        replicas.start(f"replica-{i}")
+    cluster.apply(
+        job_manifest(
+            "longpod", every="1h", suspend=True, maxAttempts=1, annotations={"anarchon.test/run-seconds": "25"}
+        )
+    )
+    run = cluster.trigger_running("longpod")
+    name, pod = run["metadata"]["name"], run["status"]["podName"]
+    for attempt in (1, 2):
+        runner = _runner_of(cluster, "longpod", attempt)
+        replicas.kill(runner, signal.SIGKILL)
+        replicas.start(runner)
+    _runner_of(cluster, "longpod", 3)
+    final = cluster.wait(
+        lambda: [s for r in cluster.runs("longpod") if (s := _status(r)).get("finishTime")],
+        timeout=90,
+        what="the run to end",
+    )[0]
+    assert final["phase"] == "Succeeded", final
+    assert final["attempt"] >= 3 and final["takeovers"] >= 2, final
+    assert [a.get("launched", False) for a in final["attempts"]].count(True) == 1, final["attempts"]
+    pods = cluster.pods(f"anarchon.io/run={name}")
+    assert [p["metadata"]["name"] for p in pods] == [pod], "the one Pod, adopted each time"
+    assert pods[0]["status"]["phase"] == "Succeeded"
+
+
+def test_a_pod_past_its_timeout_is_stopped_before_the_run_is_failed(
+    cluster: Cluster, replicas_factory, tmp_path, control_plane
+) -> None:
+    """timeout 3s, a node that does not enforce activeDeadlineSeconds (KWOK), and the API server
+    refusing every Pod deletion for the first 10 s: the run is Failed (DeadlineExceeded) only
+    once its Pod is gone. Before, the engine's timer wrote Failed ("timed out after 3000 ms")
+    after its grace while the Pod ran on, and the Pod then succeeded."""
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    with ApiFaultProxy(control_plane) as proxy:
+        refuse = proxy.add(Fault("status", code=500, verb="delete", resource="pods"))
+        for i in range(2):
+            replicas.start(f"replica-{i}", "--kubeconfig", str(proxy.kubeconfig))
+        cluster.apply(
+            job_manifest(
+                "slowpod", every="1h", suspend=True, timeout="3s", annotations={"anarchon.test/run-seconds": "15"}
+            )
+        )
+        run = cluster.trigger_running("slowpod")
+        name = run["metadata"]["name"]
+        time.sleep(10)
+        assert refuse.fired, "the runner must have tried to delete the Pod past its deadline"
+        assert _status(cluster.runs("slowpod")[0])["phase"] == "Running", "not Failed while the Pod lives"
+        assert [p for p in cluster.pods(f"anarchon.io/run={name}") if _live(p)], "the Pod lives on meanwhile"
+        proxy.clear()
+        final = cluster.wait(
+            lambda: [s for r in cluster.runs("slowpod") if (s := _status(r)).get("finishTime")],
+            timeout=60,
+            what="the run to end",
+        )[0]
+        assert (final["phase"], final.get("reason")) == ("Failed", "DeadlineExceeded"), final
+        assert "ran past timeout (3s)" in final["message"], final
+        assert not cluster.pods(f"anarchon.io/run={name}"), "deleted before the run was written Failed"
+        time.sleep(6)  # past the Pod's own 15 s: nothing of it succeeded after all
+        assert _status(cluster.runs("slowpod")[0])["phase"] == "Failed"
+
+
+@pytest.fixture
+def forgetful_redis() -> Iterator[RedisServer]:
+    """A Redis of the test's own, without persistence: a restart empties it."""
+    server = start_redis_or_fail()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_store_restarted_empty_neither_launches_beside_a_live_pod_nor_leaves_a_run_open(
+    cluster: Cluster, replicas_factory, forgetful_redis: RedisServer
+) -> None:
+    """A Skip job's 30 s Pod runs at attempt 2 (its first runner was killed and the Pod adopted);
+    then its runner is killed again and Redis restarts without its data. Nobody holds a lease
+    of the run any more, and the store knows of no active run:
+
+    * the next slots must not launch beside the live Pod (they are Skipped: Kubernetes says the
+      earlier run is active);
+    * the open run is claimed again and picked up as attempt 3, above its object's 2 (the store
+      numbers it 1 again), and ends Succeeded as its Pod does.
+
+    Before, the next slot launched its Pod beside the live one, and the run stayed Running for ever.
+    """
+    replicas: Replicas = replicas_factory(forgetful_redis.url)
+    for i in range(3):
+        replicas.start(f"replica-{i}")
+    cluster.apply(
+        job_manifest("forgotten", every="5s", overlap="Skip", annotations={"anarchon.test/run-seconds": "30"})
+    )
+    first = cluster.wait(
+        lambda: [r for r in cluster.runs("forgotten") if _status(r).get("phase") == "Running"],
+        timeout=60,
+        what="a running run",
+    )[0]
+    name = first["metadata"]["name"]
+
+    def attempt_of_first() -> int:
+        return int(_status(cluster.get("anarchonrun", name)).get("attempt") or 0)
+
+    replicas.kill(str(first["status"]["instance"]), signal.SIGKILL)
+    replicas.start(str(first["status"]["instance"]))
+    cluster.wait(lambda: attempt_of_first() >= 2, timeout=30, what="attempt 2 adopting the Pod")
+    runner = str(_status(cluster.get("anarchonrun", name))["instance"])
+    replicas.kill(runner, signal.SIGKILL)
+    forgetful_redis.restart()
+    replicas.start(runner)
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:  # longer than a slot, a lease and a mend look
+        live = [p["metadata"]["name"] for p in cluster.pods("anarchon.io/job=forgotten") if _live(p)]
+        assert len(live) <= 1, f"a slot launched beside the live Pod: {live}"
+        time.sleep(0.5)
+    final = cluster.wait(
+        lambda: s if (s := _status(cluster.get("anarchonrun", name))).get("finishTime") else None,
+        timeout=90,
+        what="the forgotten run to end",
+    )
+    assert final["phase"] == "Succeeded", final
+    numbers = [a["attempt"] for a in final["attempts"]]
+    assert numbers == sorted(set(numbers)) and numbers[-1] >= 3, f"attempts go on above 2: {numbers}"
+    skipped = [_status(r) for r in cluster.runs("forgotten") if _status(r).get("phase") == "Skipped"]
+    assert skipped, "the slots due meanwhile are Skipped"
