@@ -17,7 +17,8 @@ import pytest
 from anarchon.engine import RunContext, RunInterrupted
 from anarchon.engine.attempt import ENDED
 from anarchon.kube import runs
-from anarchon.kube.client import Kube
+from anarchon.kube.client import Kube, path
+from anarchon.kube.constants import RUNS
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
 from anarchon.kube.runner import PodRunner
@@ -94,7 +95,34 @@ async def test_an_attempt_whose_run_a_later_attempt_owns_launches_nothing(kube: 
         kube, spec.namespace, name, 2, lambda s: runs.start_attempt(s, attempt=2, instance="backup", pod="p-a2")
     )
     runner = PodRunner(kube, EventPoster(kube), lambda: spec)
-    # The store has not told attempt 1 yet (its confirms pass), but the run object has.
-    with pytest.raises(RunInterrupted, match="later attempt"):
-        await asyncio.wait_for(runner(attempt(1, True, True, True)), 30)
+    # The run object counts more attempts than attempt 1: it asks the store, which refuses it
+    # (a later attempt holds the run). Only a store that lost its state would confirm it, and
+    # then it would go on as attempt 3 (test_a_store_that_lost_its_state_numbers_...).
+    with pytest.raises(RunInterrupted, match="fenced"):
+        await asyncio.wait_for(runner(attempt(1)), 30)
     assert await pods_of_run(kube, spec.namespace, name) == []
+
+
+async def test_a_store_that_lost_its_state_numbers_the_attempt_above_the_run_objects(kube: Kube, spec: JobSpec) -> None:
+    """The store confirms attempt 1 (it counts from 1 again after losing its state) of a run whose
+    object says attempt 2: the attempt goes on as 3, so the object's guard takes its writes."""
+    name = run_name(spec.name, SLOT)
+    await runs.ensure_run(kube, spec, SLOT, "Manual")
+    assert await runs.update_status(
+        kube, spec.namespace, name, 2, lambda s: runs.start_attempt(s, attempt=2, instance="gone", pod=name)
+    )
+    ctx = attempt(1, *([True] * 50))
+    task = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx))
+    try:
+        for _ in range(100):
+            status = (await kube.request("GET", path(RUNS, spec.namespace, name))).get("status") or {}
+            if status.get("instance") == ctx.instance:
+                break
+            await asyncio.sleep(0.1)
+        assert ctx.attempt == 3 and status["attempt"] == 3, status
+        assert [a["attempt"] for a in status["attempts"]] == [2, 3]
+        assert await _live(kube, spec) == [name], "the try's one Pod, launched by attempt 3"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

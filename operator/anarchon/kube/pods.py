@@ -229,19 +229,6 @@ def build_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": pod_spec}
 
 
-async def _pods_with(kube: Kube, namespace: str, label: str, value: str, what: str) -> list[dict[str, Any]]:
-    listing = await call(
-        f"listing Pods of {what} {namespace}/{value}",
-        lambda: kube.request("GET", path("pods", namespace), params={"labelSelector": f"{label}={value}"}),
-    )
-    return list(listing.get("items") or [])
-
-
-async def pods_of_job(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:
-    """Every Pod of every run of a job: what of it runs, whatever the store remembers."""
-    return await _pods_with(kube, namespace, LABEL_JOB, job, "job")
-
-
 def run_of(pod: dict[str, Any]) -> str:
     """The run a Pod belongs to (its label)."""
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_RUN) or "")
@@ -249,7 +236,11 @@ def run_of(pod: dict[str, Any]) -> str:
 
 async def pods_of_run(kube: Kube, namespace: str, run: str) -> list[dict[str, Any]]:
     """Every Pod of a run, oldest try first, and within a try oldest attempt first."""
-    items = await _pods_with(kube, namespace, LABEL_RUN, run, "run")
+    listing = await call(
+        f"listing Pods of run {namespace}/{run}",
+        lambda: kube.request("GET", path("pods", namespace), params={"labelSelector": f"{LABEL_RUN}={run}"}),
+    )
+    items: list[dict[str, Any]] = list(listing.get("items") or [])
     items.sort(
         key=lambda p: (try_of(p), int(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_ATTEMPT, "0") or 0))
     )

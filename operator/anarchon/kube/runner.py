@@ -54,7 +54,6 @@ from .pods import (
     fate_of,
     follow_pod,
     pending_for_s,
-    pods_of_job,
     pods_of_run,
     read_pod,
     run_of,
@@ -171,7 +170,7 @@ class PodRunner:
                 # Its Pod was deleted for its deadline by a runner that did not live to record it.
                 await self._fail(ctx, spec, name, _past_timeout(spec), runs.DEADLINE_EXCEEDED)
             # maxAttempts bounds launches of the workload: a takeover that adopts the live Pod is free.
-            if (launched := runs.launches_before(status, ctx.attempt)) >= spec.max_attempts:
+            if (launched := runs.launches_before(status, ctx.attempt, pod_name(name, try_number))) >= spec.max_attempts:
                 await self._give_up(ctx, spec, name, status, launched)
         while True:
             # Watched from before its launch, a Pod needs no read after it: its create's reply is
@@ -219,17 +218,16 @@ class PodRunner:
         raise RunSkipped(message)
 
     async def _live_of_other_runs(self, spec: JobSpec, name: str) -> list[tuple[str, str]]:
-        """Live Pods of the job's other runs, as (run, Pod). Only the runs whose object is open
-        are looked at while the run cache is live (most often none: no request); else one LIST."""
+        """Live Pods of the job's other runs, as (run, Pod): those of the runs whose object is open
+        (most often none: no request), from the run cache when it is live, else one LIST of runs."""
         objects = self.runs_of(spec.namespace, spec.name) if self.runs_of is not None else None
         if objects is None:
-            pods = await pods_of_job(self.kube, spec.namespace, spec.name)
-        else:
-            pods = []
-            for obj in objects:
-                other = str(obj["metadata"]["name"])
-                if other != name and not runs.ended(obj.get("status") or {}):
-                    pods += await pods_of_run(self.kube, spec.namespace, other)
+            objects = await runs.list_runs(self.kube, spec.namespace, spec.name)
+        pods = []
+        for obj in objects:
+            other = str(obj["metadata"]["name"])
+            if other != name and not runs.ended(obj.get("status") or {}):
+                pods += await pods_of_run(self.kube, spec.namespace, other)
         live = (PodFate.LIVE, PodFate.LINGERING)
         return [(run_of(p), fate_of(p).name) for p in pods if run_of(p) != name and fate_of(p).fate in live]
 

@@ -232,13 +232,18 @@ def _count_takeovers(status: Status) -> None:
     status["takeovers"] = sum(1 for a in status.get("attempts") or [] if a.get("adopted"))
 
 
-def launches_before(status: Status, attempt: int) -> int:
-    """How often attempts before ``attempt`` launched the run's Pod: what maxAttempts bounds.
+def launches_before(status: Status, attempt: int, pod: str) -> int:
+    """How often attempts before ``attempt`` launched ``pod`` (a try's one Pod): what maxAttempts bounds.
 
-    Only attempts that recorded a launch count: one that adopted a live Pod, found it ended, or
-    broke off before its start was recorded launched nothing.
+    Only attempts that recorded a launch of that Pod count: one that adopted a live Pod, found
+    it ended, or broke off before its start was recorded launched nothing, and the first Pod of
+    a new try (after a failed one, which retries bound) is another Pod.
     """
-    return sum(1 for a in status.get("attempts") or [] if int(a.get("attempt", 0)) < attempt and a.get("launched"))
+    return sum(
+        1
+        for a in status.get("attempts") or []
+        if int(a.get("attempt", 0)) < attempt and a.get("launched") and a.get("podName") == pod
+    )
 
 
 class RunEnded(Exception):
