@@ -117,10 +117,20 @@ class Checker:
     missed_ranges: set[tuple[str, int, int]] = field(default_factory=set)
     missed_recorded: int = 0
 
-    def _violate(self, rule: str, example: str) -> None:
+    #: rule -> job -> count, to tell which kind of job broke a rule.
+    by_job: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def _violate(self, rule: str, example: str, job: str = "") -> None:
         self.violations[rule] += 1
+        if not job:  # the example begins with the run's name, or the job's ("job:" or "job@slot")
+            head = example.split(":", 1)[0].split("@", 1)[0]
+            job = self.job_of(head) if head in self.run_job else head
+        self.by_job[rule][job] += 1
         if len(self.examples[rule]) < 5:
             self.examples[rule].append(example)
+
+    def job_of(self, run: str) -> str:
+        return self.run_job.get(run, (run.rsplit("-", 1)[0], 0))[0]
 
     def pod(self, kind: str, pod: dict[str, Any], at: float | None = None) -> None:
         now = time.monotonic() if at is None else at
@@ -143,7 +153,7 @@ class Checker:
                 life.live_since = now
             self.live_pods[run].add(name)
             if len(self.live_pods[run]) > 1:
-                self._violate("two_live_pods", f"{run}: {sorted(self.live_pods[run])}")
+                self._violate("two_live_pods", f"{run}: {sorted(self.live_pods[run])}", job)
         else:
             if life.live_since is not None:
                 life.lives.append((life.live_since, now))

@@ -263,6 +263,7 @@ class Report:
     slow_takeovers: list[tuple[float, str, str]] = field(default_factory=list)
     takeover_store_down: int = 0  # SIGKILLs near a store fault or the outage: not judged
     violations: Counter[str] = field(default_factory=Counter)
+    by_job: dict[str, Counter[str]] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
     #: What the replicas logged about the runs behind a broken rule (empty if none).
     evidence: str = ""
@@ -291,7 +292,8 @@ class Report:
         ]
         for rule in RULES:
             if self.examples.get(rule):
-                lines.append(f"    {rule}:")
+                jobs = ", ".join(f"{job} {n}" for job, n in sorted(self.by_job.get(rule, Counter()).items()))
+                lines.append(f"    {rule}: {jobs}" if jobs else f"    {rule}:")
                 lines += [f"      {example}" for example in self.examples[rule]]
         return "\n".join(lines)
 
@@ -679,6 +681,7 @@ async def soak(
         report.violations["slow_handover"] = len(report.slow_handovers)
         report.violations["slow_takeover"] = len(report.slow_takeovers)
         report.examples = dict(checker.examples)
+        report.by_job = dict(checker.by_job)
         report.examples["slow_handover"] = [
             f"{run}: {d:.1f}s after {victim}'s SIGTERM" for d, run, victim in report.slow_handovers
         ][:5]
