@@ -223,7 +223,7 @@ HARSH = Profile(
     redis_wipe_every_s=90.0,
     outage_s=20.0,
     outage_at=0.45,
-    settle_s=150.0,
+    settle_s=120.0,  # the longest Pod (60 s) twice over
 )
 
 PROFILES = {p.name: p for p in (GENTLE, HARSH)}

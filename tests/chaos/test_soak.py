@@ -5,7 +5,7 @@ It is part of ``bash tests/run.sh`` (and so of CI); ``bash tests/run.sh tests/ch
 
 ``ANARCHON_SOAK_PROFILE`` chooses how hard (soak.py): ``harsh`` (the default: issue 25's mix, lease
 3 s, Pods of 15-60 s, stalls past the lease, Redis restarted without its data, an outage of every
-replica; ~5 min a store) runs on Redis without persistence and on PostgreSQL; ``gentle`` (the
+replica; 5-7 min a store) runs on Redis without persistence and on PostgreSQL; ``gentle`` (the
 soak as it was: lease 8 s, Pods of at most 5 s, 3,000 slots, ~11 min) on PostgreSQL.
 ``ANARCHON_SOAK_STORE`` runs the profile on one store only: ``postgres`` or ``redis`` (with the
 append-only file, as the chart runs it, under ``gentle``; without persistence under ``harsh``).
