@@ -17,7 +17,10 @@ judged. The rules, each a count that must end at zero:
   it still live (or live again) more than END_MARGIN_S after the referee first saw the run final
   (the two watch streams are not ordered with each other); a Pod that then succeeds is live
   until it does;
-* ``final_reopened``: a final run seen not final again.
+* ``final_reopened``: a final run seen not final again;
+* ``attempt_rewound``: a run's attempt seen going down, or a running run seen on another
+  instance under the same attempt (a takeover after the store forgot the run that did not
+  continue above the run object's attempt).
 
 "Live" is a Pod in Pending or Running without a deletionTimestamp: one whose containers run
 or are about to.
@@ -170,9 +173,19 @@ class Checker:
         if before and _final(before) and not _final(status) and kind != "DELETED":
             self._violate("final_reopened", f"{name}: {before.get('phase')} -> {status.get('phase')}")
         attempt = int(status.get("attempt") or 0)
+        instance = str(status.get("instance") or "")
+        running = status.get("phase") == "Running"
+        if kind != "DELETED" and before:
+            was = int(before.get("attempt") or 0)
+            moved = running and before.get("phase") == "Running" and instance != str(before.get("instance") or "")
+            if attempt < was or (moved and attempt == was):
+                self._violate(
+                    "attempt_rewound",
+                    f"{name}: attempt {was} on {before.get('instance')} then attempt {attempt} on {instance}",
+                )
         history = self.attempts[name]
-        if not history or history[-1][1] != attempt:
-            history.append((now, attempt, str(status.get("instance") or "")))
+        if not history or history[-1][1] != attempt or (running and history[-1][2] != instance):
+            history.append((now, attempt, instance))
         if _final(status):
             self.final_at.setdefault(name, now)
             if status.get("phase") in ("Interrupted", "Failed") and name not in self.ended:
@@ -205,8 +218,17 @@ class Checker:
             if s.get("phase") == "Running" and s.get("instance") == instance
         }
 
-    def next_attempt_at(self, run: str, after_attempt: int) -> float | None:
-        return next((t for t, a, _ in self.attempts.get(run, []) if a > after_attempt), None)
+    def next_attempt_at(self, run: str, after_attempt: int, instance: str = "") -> float | None:
+        """When the run was first seen under a later attempt, or (a takeover that did not count up,
+        the attempt_rewound rule's) under the same attempt on another instance than ``instance``."""
+        return next(
+            (
+                t
+                for t, a, i in self.attempts.get(run, [])
+                if a > after_attempt or (instance and a == after_attempt and i and i != instance)
+            ),
+            None,
+        )
 
     def final_by(self, run: str, when: float) -> bool:
         return run in self.final_at and self.final_at[run] <= when

@@ -306,6 +306,7 @@ RULES = (
     "phase_mismatch",
     "ended_while_live",
     "final_reopened",
+    "attempt_rewound",
     "slow_handover",
     "slow_takeover",
 )
@@ -789,10 +790,15 @@ def _delays(checker: Checker, marks: list[tuple[float, str, dict[str, int]]]) ->
     delays = []
     for at, victim, running in marks:
         for run, attempt in running.items():
-            taken = checker.next_attempt_at(run, attempt)
+            taken = checker.next_attempt_at(run, attempt, _instance(victim))
             if taken is not None:
                 delays.append((taken - at, run, victim))
     return delays
+
+
+def _instance(victim: str) -> str:
+    """The replica of a mark's victim ("replica-1 at 12:00:00,000")."""
+    return victim.split(" at ", 1)[0]
 
 
 def _never(checker: Checker, marks: list[tuple[float, str, dict[str, int]]], bound_s: float) -> list[tuple[str, str]]:
@@ -801,7 +807,8 @@ def _never(checker: Checker, marks: list[tuple[float, str, dict[str, int]]], bou
     never = []
     for at, victim, running in marks:
         for run, attempt in running.items():
-            if checker.next_attempt_at(run, attempt) is None and not checker.final_by(run, at + bound_s):
+            taken = checker.next_attempt_at(run, attempt, _instance(victim))
+            if taken is None and not checker.final_by(run, at + bound_s):
                 never.append((run, victim))
     return never
 

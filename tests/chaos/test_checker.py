@@ -83,3 +83,11 @@ def test_a_missed_event_excuses_its_slots() -> None:
     c.settled([("j", 5000), ("j", 10000), ("j", 15000), ("j", 20000), ("j", 25000)])
     assert c.missed_recorded == 4
     assert c.violations == {"lost_slots": 1}
+
+
+def test_a_takeover_under_the_same_attempt_is_a_rewind_but_still_a_takeover() -> None:
+    c = Checker()
+    c.run("ADDED", _run("j-1", "j", 1, "Running", attempt=2, instance="replica-1"), at=0)
+    c.run("MODIFIED", _run("j-1", "j", 1, "Running", attempt=2, instance="replica-0"), at=1)
+    assert c.next_attempt_at("j-1", 2, "replica-1") == 1
+    assert c.violations == {"attempt_rewound": 1}
