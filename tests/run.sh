@@ -62,8 +62,8 @@ ruff format --check operator || lint=1
 mypy || lint=1
 
 say "tests"
-# The chaos soak (tests/chaos, ~11 min) is part of the run; ANARCHON_SOAK=0 leaves it out
-# (its size: ANARCHON_SOAK_SLOTS).
+# The chaos soak (tests/chaos: the harsh profile on Redis and on PostgreSQL, ~5-6 min each) is
+# part of the run; ANARCHON_SOAK=0 leaves it out (ANARCHON_SOAK_PROFILE, _STORE, _SLOTS: test_soak.py).
 if [ "${ANARCHON_SOAK:-1}" = "1" ]; then marks=(); else marks=(-m "not chaos"); fi
 python3 -m pytest -p no:cacheprovider -q --durations=15 "${marks[@]}" "$@"
 rc=$?
