@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from anarchon.engine import RunContext, RunState, Scheduler, StoreError
+from anarchon.engine import Cause, RunContext, RunState, Scheduler, StoreError
 from anarchon.engine.backends import from_url
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
@@ -218,4 +218,43 @@ async def test_after_redis_lost_its_state_skip_never_launches_beside_a_running_r
         for sched in instances:
             await sched.stop(handover=False)
             await sched.backend.close()
+        server.stop()
+
+
+async def test_catch_up_after_every_instance_was_down_counts_from_before_a_redis_restart(job_name: str) -> None:
+    """Redis restarts empty while a catchUp: All job runs; then every instance is down for a while.
+
+    The instance that met the loss (its claim learnt it from the job's epoch) tells the store
+    again since when the schedule is in force: the instance started after the downtime catches
+    up the slots missed during it. Before, the store took the schedule for new from that start
+    on, and caught up nothing.
+    """
+    server = start_redis_or_fail()
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    options = {"jitter": 0, "overlap": "Allow", "catch_up": "All", "catch_up_window": "1h"}
+    try:
+        one = Scheduler(_backend(server), instance_id="one", clock=clock)
+        one.every(job_name, "1s", calls.handler(), **options)
+        await one.start()
+        await wait_for(lambda: len(calls.calls) >= 3, what="runs before the restart")
+        await asyncio.to_thread(server.restart)  # same port, every key gone
+        ran = len(calls.calls)
+        await wait_for(lambda: len(calls.calls) >= ran + 3, what="runs after the restart")
+        await one.stop()
+        await one.backend.close()
+        down_from = clock.now_ms()
+        await asyncio.sleep(1.0)  # 10 fake seconds with no instance up
+        two = Scheduler(_backend(server), instance_id="two", clock=clock)
+        two.every(job_name, "1s", calls.handler(), **options)
+        await two.start()
+        try:
+            await wait_for(
+                lambda: sum(1 for c in calls.calls if c.cause is Cause.CATCH_UP and c.slot > down_from) >= 8,
+                what="the slots missed while every instance was down, caught up",
+            )
+        finally:
+            await two.stop()
+            await two.backend.close()
+    finally:
         server.stop()

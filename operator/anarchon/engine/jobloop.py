@@ -297,6 +297,18 @@ class JobLoop:
         )
         return self._since_ms
 
+    async def _restore_schedule_since(self) -> None:
+        """Tell a store that lost its state since when the schedule is in force, as this loop
+        noted it: otherwise the next start takes the schedule for new from then on and catches
+        nothing up from before (an outage of every replica after a Redis restart lost its slots).
+        Best effort: a store error leaves the store's own note."""
+        if self._since_ms is None or not isinstance(self.backend, LeaseBackend):
+            return
+        try:
+            await self.backend.schedule_since(self._job.name, self._job.schedule.fingerprint, self._since_ms)
+        except StoreError as exc:
+            self.listener.store_error("schedule", self._job.name, str(exc))
+
     async def _start_cursor(self) -> int:
         """Where the slot loop starts (or resumes): now, after catching up on missed slots per policy.
 
@@ -417,6 +429,7 @@ class JobLoop:
                 # overlap policy would not see them and Skip would launch beside a live run.
                 self._held_until_ms = max(self._held_until_ms, lost.since_ms + opts.lease_ms)
                 self.listener.store_error("claim", job.name, f"{lost}; claims wait a lease for running attempts")
+                await self._restore_schedule_since()
                 await self.clock.sleep_until(self._held_until_ms)
                 return await self._claims.claim(dataclasses.replace(request, now_ms=self.clock.now_ms()))
 
