@@ -72,3 +72,17 @@ def test_lint_says_what_the_operator_says(cluster: Cluster, replicas_factory, tm
         return next((c["message"] for c in conditions if c["type"] == "Invalid" and c["status"] == "True"), None)
 
     assert cluster.wait(invalid, timeout=60, what="the Invalid condition") == "; ".join(linted["problems"])
+
+
+def test_cron_shorthands(tmp_path: Path) -> None:
+    """CronJob's ``@hourly`` and the rest pass; one it does not take is refused in words."""
+    good = [
+        job_manifest(f"j{m[1:]}", cron=m) for m in ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly")
+    ]
+    path = write(tmp_path / "good.yaml", *good)
+    assert ok(run_cli("lint", str(path))).strip() == f"{len(good)} job(s) in 1 file(s): no problems"
+    path = write(tmp_path / "bad.yaml", job_manifest("bad", cron="@every 5m"))
+    res = run_cli("lint", str(path))
+    assert res.returncode == 1
+    assert f"{path}: AnarchonJob bad: spec.cron: '@every 5m' is not a cron expression of 5 fields" in res.stdout
+    assert "or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly" in res.stdout, res.stdout

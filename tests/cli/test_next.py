@@ -73,3 +73,16 @@ def test_bad_usage_and_invalid_jobs(tmp_path: Path) -> None:
     good = job_file(tmp_path, "good", every="1m")
     one_line_error(run_cli("next", str(good), "-n", "0"), 2, "-n/--count", "from 1 to 1000")
     one_line_error(run_cli("next", str(good), "--after", "soon"), 2, "--after 'soon' is not a time")
+
+
+def test_a_cron_shorthand_runs_at_the_times_of_its_fields(tmp_path: Path) -> None:
+    """``@daily`` (as a CronJob takes it) is midnight on the zone's wall clock."""
+    path = job_file(tmp_path, "nightly", cron="@daily", timeZone="Europe/Paris")
+    res = run_cli("next", str(path), "--count", "3", "--after", "2027-03-26T12:00:00Z", HOME=str(tmp_path))
+    assert ok(res).splitlines() == [
+        "default/nightly: @daily Europe/Paris",
+        "LOCAL                       ZONE   UTC                    CLOCK CHANGE",
+        "2027-03-27T00:00:00+01:00   CET    2027-03-26T23:00:00Z",
+        "2027-03-28T00:00:00+01:00   CET    2027-03-27T23:00:00Z",
+        "2027-03-29T00:00:00+02:00   CEST   2027-03-28T22:00:00Z   CET (+01:00) -> CEST (+02:00)",
+    ]
