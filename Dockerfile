@@ -29,6 +29,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
+# The CRDs: operator/anarchon/crds links here, and the wheel carries them (anarchon lint reads the schema).
+COPY crds/*.yaml ./crds/
 RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     --mount=type=secret,id=pip-ca \
     pip wheel --no-deps --wheel-dir /wheels .

@@ -21,6 +21,7 @@ import yaml
 from controlplane import ControlPlane
 
 from anarchon.engine import limits as L
+from anarchon.engine.schedule import MACROS, cron
 from anarchon.kube import constants as C
 from anarchon.kube import spec as S
 from anarchon.kube.spec import SpecError, parse_job
@@ -101,7 +102,11 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
         assert retries[name]["pattern"] == S.DURATION_PATTERN, name
         assert retries[name]["maxLength"] == S.MAX_DURATION_LENGTH, name
     assert (retries["limit"]["minimum"], retries["limit"]["maximum"]) == (0, L.MAX_RETRIES)
-    assert props["cron"]["pattern"] == S.CRON_PATTERN
+    # A CEL rule, not a pattern: its refusal says in words what a cron value may be.
+    assert "pattern" not in props["cron"]
+    (cron_rule,) = props["cron"]["x-kubernetes-validations"]
+    assert cron_rule["rule"] == S.CRON_RULE and S.CRON_PATTERN in cron_rule["rule"]
+    assert cron_rule["message"] == f"spec.cron must be {S.CRON_SHAPE}"
     assert props["cron"]["maxLength"] == S.MAX_CRON_LENGTH
     assert props["timeZone"]["pattern"] == S.TIME_ZONE_PATTERN
     assert props["timeZone"]["maxLength"] == S.MAX_TIME_ZONE_LENGTH
@@ -288,6 +293,7 @@ def tmpl(pod_spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict
 
 OK_CONTAINERS = [{"name": "m", "image": "i"}]
 
+CRON_SHAPE = "spec.cron must be a cron expression of 5 fields (minute hour day month weekday), 6 (seconds first), or"
 RETRY_MIN = "spec.retries.backoff must be at least 1s"
 RETRY_CAP = "spec.retries.maxBackoff must not be shorter than spec.retries.backoff"
 INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
@@ -312,8 +318,10 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("pending-timeout-10ms", {"pendingTimeout": "10ms"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("every-with-zone", {"timeZone": "Europe/Paris"}, "j", ["spec.timeZone must be UTC or unset with spec.every"]),
     ("bad-zone-shape", {"every": None, "cron": "0 8 * * *", "timeZone": "Paris, France"}, "j", ["spec.timeZone"]),
-    ("cron-4-fields", {"every": None, "cron": "0 8 * *"}, "j", ["spec.cron", "should match"]),
-    ("cron-macro", {"every": None, "cron": "@daily"}, "j", ["spec.cron", "should match"]),
+    ("cron-4-fields", {"every": None, "cron": "0 8 * *"}, "j", [CRON_SHAPE]),
+    # robfig/cron's @every is not one of CronJob's shorthands here: spec.every is.
+    ("cron-every-macro", {"every": None, "cron": "@every 5m"}, "j", [CRON_SHAPE]),
+    ("cron-unknown-macro", {"every": None, "cron": "@fortnightly"}, "j", [CRON_SHAPE]),
     (
         "restart-always",
         {"template": tmpl({"restartPolicy": "Always", "containers": OK_CONTAINERS})},
@@ -386,6 +394,19 @@ def test_invalid_jobs_are_rejected_with_a_useful_message(
         body["metadata"]["namespace"] = namespace
         with pytest.raises(SpecError):
             parse_job(body)
+
+
+def test_cron_shorthands_are_admitted_and_read_as_cronjob_reads_them(crds: ControlPlane, namespace: str) -> None:
+    """``@daily`` and the rest (CronJob's shorthands) pass admission, and the parser gives them the
+    schedule of the five fields they stand for; a refused cron value is told in words, not as a regex."""
+    for shorthand, fields in MACROS.items():
+        created = create(crds, namespace, job(f"m{shorthand[1:]}", every=None, cron=f" {shorthand} "))
+        parsed = parse_job(created).schedule
+        assert parsed.fingerprint == cron(fields).fingerprint, shorthand
+        assert parsed.next_after(1_800_000_000_000) == cron(fields).next_after(1_800_000_000_000), shorthand
+    res = create(crds, namespace, job("hourly", every=None, cron="@Hourly"), check=False)
+    assert res.returncode != 0 and CRON_SHAPE in res.stderr, res.stderr
+    assert "should match" not in res.stderr and "[0-9A-Za-z" not in res.stderr, res.stderr
 
 
 def test_all_rule_failures_are_reported_together(crds: ControlPlane, namespace: str) -> None:

@@ -18,8 +18,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+#: What ``anarchon --help`` says first: plain text (the module's docstring is for the code's readers).
+DESCRIPTION = (
+    "Anarchon: scheduled jobs on Kubernetes (also run as `kubectl anarchon`). "
+    "The operator process, and the commands to look at and act on AnarchonJobs and their runs."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="anarchon", description=__doc__)
+    from .. import __version__
+
+    parser = _Parser(prog="anarchon", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"anarchon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for verb in (operator, list_, get, runs, next_, lint, suspend, resume, trigger, backfill):
         verb.add(sub)

@@ -1,10 +1,15 @@
-"""``anarchon lint FILE…``: the operator's own checks of AnarchonJobs, offline, before they are applied.
+"""``anarchon lint FILE|DIR|-…``: AnarchonJobs checked offline, before they are applied.
 
-The checks are the operator's (:func:`anarchon.kube.spec.parse_job`, bounds from
+Two checks, both offline. The CRD's own schema (:mod:`.crdschema`, down into the Pod template):
+what the API server would refuse, and the unknown fields it would drop without a word for a
+client that does not ask for strict validation (``timezone:``, a container's ``resource:``),
+each with the field meant. Then the operator's (:func:`anarchon.kube.spec.parse_job`, bounds from
 :mod:`anarchon.engine.limits`), so lint passes what the operator runs and refuses what it
 would mark ``Invalid``, including what the API server cannot check (an unknown time zone, a
-cron expression that never matches). Every problem is listed with its field path; the exit
-code is 1 if there is any, so it fits a CI step.
+cron expression that never matches); its message wins where both find fault with a field.
+
+Every file is reported, one that cannot be read included; ``-`` is stdin, a directory is walked.
+The exit code is 1 if any problem was found, 2 for bad usage only, so it fits a CI step.
 """
 
 from __future__ import annotations
@@ -13,28 +18,38 @@ import argparse
 from typing import Any
 
 from .common import Failure, report
-from .manifests import read
+from .manifests import read_all
 from .output import add_output_arg, dump
 
 
-def run(args: argparse.Namespace) -> int:
+def _problems(body: dict[str, Any]) -> list[str]:
+    """The operator's problems, then the schema's about fields the operator said nothing of."""
     from ..kube.spec import SpecError, parse_job
+    from .crdschema import check_job
 
-    results: list[dict[str, Any]] = []
     try:
-        manifests = [read(path, args.namespace) for path in args.files]
+        parse_job(body)
+        problems: list[str] = []
+    except SpecError as exc:
+        problems = list(exc.messages)
+    said = {p.split(": ", 1)[0] for p in problems}
+    return problems + [p for p in check_job(body) if p.split(": ", 1)[0] not in said]
+
+
+def run(args: argparse.Namespace) -> int:
+    from .crdschema import job_schema
+
+    try:
+        job_schema()
     except Failure as failure:
         return report("lint", failure)
+    results: list[dict[str, Any]] = []
+    manifests = read_all(args.files, args.namespace)
     for manifest in manifests:
         for problem in manifest.problems:
             results.append({"file": manifest.path, "job": None, "problems": [problem]})
         for label, body in manifest.jobs:
-            try:
-                parse_job(body)
-                problems: list[str] = []
-            except SpecError as exc:
-                problems = exc.messages
-            results.append({"file": manifest.path, "job": label, "problems": problems})
+            results.append({"file": manifest.path, "job": label, "problems": _problems(body)})
     count = sum(len(r["problems"]) for r in results)
     if args.output != "table":
         print(dump(results, args.output))
@@ -49,8 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ln = sub.add_parser("lint", help="check AnarchonJob files offline, as the operator would; exit 1 on any problem")
-    ln.add_argument("files", nargs="+", metavar="FILE")
-    ln.add_argument("--namespace", default="default", help="for jobs without one (default: default)")
+    ln = sub.add_parser(
+        "lint",
+        help="check AnarchonJob files offline (the CRD's schema, the operator's checks); exit 1 on a problem",
+    )
+    ln.add_argument("files", nargs="+", metavar="FILE", help="a YAML or JSON file, a directory of them, or - for stdin")
+    ln.add_argument("--namespace", "-n", default="default", help="for jobs without one (default: default)")
     add_output_arg(ln)
     ln.set_defaults(func=run)

@@ -1,4 +1,4 @@
-"""AnarchonJobs read from YAML files, for the verbs that work offline (``lint``, ``next FILE``).
+"""AnarchonJobs read from YAML (or JSON) files, for the verbs that work offline (``lint``, ``next FILE``).
 
 A file may hold several documents (``---``) and ``kind: List`` objects, as ``kubectl apply``
 takes them; documents of other kinds are not ours and are passed over. A job without a
@@ -9,7 +9,7 @@ which requires one, judges the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ..kube.constants import API_VERSION, JOB_KIND
 from .common import Failure
@@ -32,13 +32,66 @@ def _objects(doc: Any) -> list[Any]:
 
 def read(path: str, namespace: str) -> Manifest:
     """The AnarchonJobs of ``path``; a file that cannot be opened is bad usage (exit 2)."""
+    try:
+        text = _text(path)
+    except OSError as exc:
+        raise Failure(f"cannot read {path}: {exc.strerror}", 2) from None
+    except UnicodeDecodeError as exc:
+        raise Failure(f"cannot read {path}: {exc}", 2) from None
+    return parse(path, text, namespace)
+
+
+def _text(path: str) -> str:
+    """The text of ``path``, or of stdin for ``-``."""
+    if path == "-":
+        import sys
+
+        return sys.stdin.buffer.read().decode("utf-8")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+#: The files ``lint DIR`` reads, as ``kubectl apply -f DIR`` does.
+EXTENSIONS: Final = (".yaml", ".yml", ".json")
+
+
+def read_all(paths: list[str], namespace: str) -> list[Manifest]:
+    """Each of ``paths`` (``-`` is stdin; a directory, its *.yaml, *.yml and *.json files, in its
+    subdirectories too), each file read on its own: one that cannot be read is a problem of its
+    own, and the others are still read."""
+    import os
+
+    manifests: list[Manifest] = []
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            files = sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(path)
+                for name in names
+                if name.endswith(EXTENSIONS)
+            )
+            if not files:
+                manifests.append(Manifest(path, problems=[f"no {', '.join('*' + e for e in EXTENSIONS)} file in it"]))
+            manifests.extend(_read_one(f, namespace) for f in files)
+        else:
+            manifests.append(_read_one(path, namespace))
+    return manifests
+
+
+def _read_one(path: str, namespace: str) -> Manifest:
+    try:
+        text = _text(path)
+    except OSError as exc:
+        return Manifest(path, problems=[f"cannot read: {exc.strerror}"])
+    except UnicodeDecodeError:
+        return Manifest(path, problems=["cannot read: not UTF-8 text"])
+    return parse(path, text, namespace)
+
+
+def parse(path: str, text: str, namespace: str) -> Manifest:
+    """The AnarchonJobs of the YAML (or JSON) ``text``, read from ``path``."""
     import yaml
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Failure(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}", 2) from None
     found = Manifest(path)
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]

@@ -1,4 +1,4 @@
-"""``anarchon next FILE|JOB -n 10``: a job's next times on its zone's wall clock, clock changes marked.
+"""``anarchon next FILE|JOB -c 10``: a job's next times on its zone's wall clock, clock changes marked.
 
 A FILE is read offline (every AnarchonJob in it); otherwise JOB is read from the API server.
 The times are the engine's (:mod:`.times`), what the replicas will claim.
@@ -11,7 +11,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import Failure, default_namespace, read_job, report, time_arg, with_kube
+from .common import Failure, add_kube_args, default_namespace, read_job, report, time_arg, with_kube
 from .manifests import read
 from .output import add_output_arg, dump, table
 
@@ -84,10 +84,9 @@ def run(args: argparse.Namespace) -> int:
 def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     nx = sub.add_parser("next", help="a job's next times in its zone, clock changes marked (FILE offline, or JOB)")
     nx.add_argument("target", metavar="FILE|JOB", help="a YAML file of AnarchonJobs, or a job's name")
-    # -n is the count here (as in `next FILE -n 10`); the namespace has its long flag only.
-    nx.add_argument("-n", "--count", type=_count, default=10, help="how many times (default 10)")
+    # -n is the namespace, as in every verb; the count is -c.
+    nx.add_argument("--count", "-c", type=_count, default=10, help="how many times (default 10)")
     nx.add_argument("--after", help="times after this one: RFC3339 or ms since the epoch (default: now)")
-    nx.add_argument("--namespace", help="the job's namespace (default: the kubeconfig context's)")
-    nx.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+    add_kube_args(nx)
     add_output_arg(nx)
     nx.set_defaults(func=run)

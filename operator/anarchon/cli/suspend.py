@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .common import add_kube_args, job_not_found, with_kube
+from .common import add_kube_args, not_found, with_kube
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
@@ -28,7 +28,7 @@ def set_suspended(verb: str, args: argparse.Namespace, suspended: bool, reason: 
             await kube.patch_job(namespace, args.job, body)
         except ApiException as exc:
             if exc.status == 404:
-                raise job_not_found(namespace, args.job) from None
+                raise await not_found(kube, namespace, args.job) from None
             raise
         what = "suspended" if suspended else "resumed"
         print(f"anarchonjob {namespace}/{args.job} {what}" + (f": {reason}" if reason else ""))

@@ -13,7 +13,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .common import Failure, add_kube_args, job_not_found, report, time_arg, with_kube
+from .common import Failure, add_kube_args, not_found, report, time_arg, with_kube
 from .follow import follow
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             await kube.annotate_job(namespace, args.job, {ANNOTATION_TRIGGER: at})
         except ApiException as exc:
             if exc.status == 404:
-                raise job_not_found(namespace, args.job) from None
+                raise await not_found(kube, namespace, args.job) from None
             raise
         print(f"anarchonjob {namespace}/{args.job}: run of {at} requested", flush=True)
         if not args.wait:

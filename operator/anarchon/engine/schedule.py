@@ -23,6 +23,8 @@ either *periodic* or *time-of-day*:
   ``30 2 * * *`` job in Europe/Paris runs at 03:00 CEST on the last Sunday of March). A
   daily job runs every day, once.
 
+CronJob's shorthands are taken too (:data:`MACROS`): ``@daily`` is ``0 0 * * *`` and so on.
+
 An expression that matches no date at all (``0 0 30 2 *``) is refused when it is parsed,
 with a :class:`ScheduleError`; a rare one (``0 0 29 2 *``, once every four years) is fine.
 
@@ -92,6 +94,24 @@ _TINY: Final = timedelta(microseconds=1)
 _ONE_VALUE_RANGE: Final = re.compile(r"(?<![0-9A-Za-z])([0-9A-Za-z]+)-\1(?:/[0-9]+)?(?![0-9A-Za-z])", re.IGNORECASE)
 
 
+#: The shorthands Kubernetes' CronJob accepts (robfig/cron's descriptors, ``@every`` aside:
+#: that is ``spec.every``), so a schedule moved over from a CronJob means the same here.
+MACROS: Final = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def expand_macro(expression: str) -> str:
+    """The five fields a shorthand (``@daily``) stands for; any other expression as it is."""
+    return MACROS.get(expression.strip(), expression)
+
+
 def _ms(instant: datetime) -> int:
     """An aware datetime as ms since the epoch, exactly (no float rounding)."""
     return (instant - _EPOCH) // timedelta(milliseconds=1)
@@ -112,7 +132,9 @@ class Cron:
     _walker: croniter = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fields = self.expression.split()
+        fields = expand_macro(self.expression).split()
+        if self.expression.strip().startswith("@") and self.expression.strip() not in MACROS:
+            raise ScheduleError(f"cron: {self.expression!r} is not one of {', '.join(MACROS)}")
         if len(fields) not in (5, 6):
             raise ScheduleError(
                 f"cron: {self.expression!r} has {len(fields)} fields; use 5 (minute hour day month weekday)"
@@ -235,7 +257,7 @@ class Cron:
 
     @property
     def fingerprint(self) -> str:
-        return f"cron:{' '.join(self.expression.split())}@{self.tz}"
+        return f"cron:{' '.join(expand_macro(self.expression).split())}@{self.tz}"
 
     def __str__(self) -> str:
         return f"cron {self.expression!r} in {self.tz}"

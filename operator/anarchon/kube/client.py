@@ -99,6 +99,8 @@ _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns] = weakref.W
 #: Set inside a request's turn: a call made from within another (none today) takes no second turn,
 #: which could otherwise wait for ever for turns held by calls waiting for it.
 _in_turn: contextvars.ContextVar[bool] = contextvars.ContextVar("anarchon_api_turn", default=False)
+#: Set by :func:`request_timeout` (the CLI's ``--request-timeout``).
+_request_limit: contextvars.ContextVar[float | None] = contextvars.ContextVar("anarchon_request_limit", default=None)
 #: Set by :func:`background`.
 _background: contextvars.ContextVar[bool] = contextvars.ContextVar("anarchon_api_background", default=False)
 
@@ -113,6 +115,22 @@ def background() -> Iterator[None]:
         yield
     finally:
         _background.reset(token)
+
+
+@contextlib.contextmanager
+def request_timeout(seconds: float | None) -> Iterator[None]:
+    """Within, each :func:`call` gives up after ``seconds``, its retries included, and a server
+    that refuses the connection is not tried again.
+
+    For a command someone waits on (the CLI's ``--request-timeout``, as kubectl's): it says the
+    API server is not there in that time, where a replica retries for RETRY_FOR_MS. None: the
+    replica's policy.
+    """
+    token = _request_limit.set(seconds)
+    try:
+        yield
+    finally:
+        _request_limit.reset(token)
 
 
 async def in_background(work: Awaitable[T]) -> T:
@@ -173,6 +191,7 @@ __all__ = [
     "in_background",
     "path",
     "queue_passed",
+    "request_timeout",
     "transient",
     "turn",
 ]
@@ -243,11 +262,16 @@ async def call(
     more error the caller wants retried the same way (a write conflict).
     """
     clock = SystemClock()
-    deadline = clock.now_ms() + (RETRY_FOR_MS if retry_for_ms is None else retry_for_ms)
+    limit = _request_limit.get()
+    retry_ms = RETRY_FOR_MS if retry_for_ms is None else retry_for_ms
+    deadline = clock.now_ms() + (retry_ms if limit is None else min(retry_ms, int(limit * 1000)))
 
     async def bounded() -> T:
         async with turn():
-            return await asyncio.wait_for(op(), REQUEST_TIMEOUT_S)
+            return await asyncio.wait_for(op(), REQUEST_TIMEOUT_S if limit is None else max(0.0, deadline_s()))
+
+    def deadline_s() -> float:
+        return (deadline - clock.now_ms()) / 1000
 
     def failed(exc: BaseException) -> None:
         if also is not None and isinstance(exc, also):
@@ -257,9 +281,14 @@ async def call(
         log.warning("%s failed (%s); retrying", what, reason)
 
     def retried(exc: BaseException) -> bool:
+        if limit is not None and isinstance(exc, aiohttp.ClientConnectorError | TimeoutError):
+            return False  # no server there, or the time is up: said at once, in one line
         return transient(exc) or (also is not None and isinstance(exc, also))
 
-    return await retry(bounded, clock=clock, transient=retried, deadline_ms=lambda: deadline, on_error=failed)
+    if limit is None:
+        return await retry(bounded, clock=clock, transient=retried, deadline_ms=lambda: deadline, on_error=failed)
+    async with asyncio.timeout(limit):  # the backoff between tries too
+        return await retry(bounded, clock=clock, transient=retried, deadline_ms=lambda: deadline, on_error=failed)
 
 
 class Kube:

@@ -64,8 +64,17 @@ MAX_TIME_ZONE_LENGTH: Final = 64
 #: ``250ms``); the engine's parser alone would also accept upper case and any order. The
 #: order lets the CRD's CEL rule turn a leading ``<n>d`` into hours for ``duration()``.
 DURATION_PATTERN: Final = r"^([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"
-#: 5 fields (minute hour day month weekday) or 6 (seconds first); no ``@hourly`` macros.
-CRON_PATTERN: Final = r"^\s*[0-9A-Za-z*?/,#-]+(\s+[0-9A-Za-z*?/,#-]+){4,5}\s*$"
+#: 5 fields (minute hour day month weekday), 6 (seconds first), or one of CronJob's shorthands
+#: (``@daily``: :data:`anarchon.engine.schedule.MACROS`). The CRD checks it with a CEL rule
+#: (:data:`CRON_RULE`), whose message says this in words rather than quoting the pattern.
+CRON_PATTERN: Final = (
+    r"^\s*(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9A-Za-z*?/,#-]+(\s+[0-9A-Za-z*?/,#-]+){4,5})\s*$"
+)
+CRON_RULE: Final = f"self.matches(r'{CRON_PATTERN}')"
+CRON_SHAPE: Final = (
+    "a cron expression of 5 fields (minute hour day month weekday), 6 (seconds first),"
+    " or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
+)
 #: The shape of an IANA name (``UTC``, ``Europe/Paris``, ``America/Argentina/Buenos_Aires``).
 TIME_ZONE_PATTERN: Final = r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$"
 
@@ -309,8 +318,7 @@ def _parse_cron(value: Any, tz: str | None, r: _Reader) -> Schedule | None:
     if len(expression) > MAX_CRON_LENGTH or not _CRON_RE.fullmatch(expression):
         r.error(
             "spec.cron",
-            f"{_show(expression)} is not a cron expression of 5 fields (minute hour day month weekday)"
-            " or 6 (seconds first)",
+            f"{_show(expression)} is not {CRON_SHAPE}",
         )
         return None
     normalized = " ".join(expression.split())
