@@ -256,7 +256,10 @@ class AttemptRunner:
                 return await self._release(f"{HANDED_OVER}: {exc or SHUTDOWN}")
             return await self._release(str(exc) or "interrupted")
         if isinstance(exc, RunGivenUp):
-            return await self._finish(RunState.INTERRUPTED, str(exc) or "given up")
+            reason = str(exc) or "given up"
+            if (ended := await self._finish(RunState.INTERRUPTED, reason)) is not None:
+                self.listener.gave_up(ctx.job, ctx.slot, ctx.attempt, reason)
+            return ended
         if isinstance(exc, RunSkipped):
             return await self._finish(RunState.SKIPPED, str(exc) or "skipped")
         if isinstance(exc, RunFailed):

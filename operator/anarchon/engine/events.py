@@ -67,5 +67,9 @@ class EngineListener:
     def store_error(self, operation: str, job: str, error: str) -> None:
         log.warning("store error during %s of %s: %s", operation, job, error)
 
+    def gave_up(self, job: str, slot: int, attempt: int, reason: str) -> None:
+        """The handler gave the run up (RunGivenUp): it ended Interrupted for good, as written."""
+        log.error("gave up %s@%s at attempt %d: %s", job, slot, attempt, reason)
+
     def run_interrupted_final(self, run: Run) -> None:
         log.error("run %s@%s interrupted for good after %d attempts", run.job, run.slot, run.attempt)

@@ -164,7 +164,9 @@ class Metrics:
             registry=r,
         )
         self.given_up = Counter(
-            "anarchon_runs_given_up", "Runs ended Interrupted by this instance: no attempt was left", registry=r
+            "anarchon_runs_given_up",
+            "Runs ended Interrupted by this instance: their Pod lost once more than maxAttempts allows",
+            registry=r,
         )
         self.pod_watch_up = Gauge(
             "anarchon_pod_watch_up", "1 while the Pod watch is live (else runners poll their Pods)", registry=r
@@ -267,6 +269,11 @@ class MetricsListener(EngineListener):
     def store_error(self, operation: str, job: str, error: str) -> None:
         super().store_error(operation, job, error)
         self.metrics.store_errors.labels(operation).inc()
+
+    def gave_up(self, job: str, slot: int, attempt: int, reason: str) -> None:
+        super().gave_up(job, slot, attempt, reason)
+        self.metrics.given_up.inc()
+        self._count_run(job, RunState.INTERRUPTED)
 
     def run_interrupted_final(self, run: Run) -> None:
         super().run_interrupted_final(run)
