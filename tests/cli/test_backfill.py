@@ -6,6 +6,7 @@ import time
 from itertools import pairwise
 
 from anarchon.kube.spec import run_name, slot_time
+from anarchon.kube.triggers import pending_requests
 from tests.operator.conftest import Cluster, job_manifest
 
 from .conftest import Cli, ok, one_line_error
@@ -42,8 +43,7 @@ def test_backfill_runs_each_slot_once(cluster: Cluster, replicas_factory, cli: C
     assert [r["metadata"]["name"] for r in cluster.runs("late")] == [run_name("late", s) for s in slots]
 
     # A run that left the history (a history limit, a kubectl delete) is triggered again and
-    # the store decides: it keeps the newest run's record, so this one is not run again. Its
-    # trigger value is still the handled one: backfill spells it anew, or nothing would happen.
+    # the store decides: it keeps the newest run's record, so this one is not run again.
     cluster.kubectl("delete", "anarchonrun", run_name("late", last))
     res = cli("backfill", "late", *span, timeout=300)
     assert res.returncode == 0, (res.stdout, res.stderr)
@@ -53,8 +53,7 @@ def test_backfill_runs_each_slot_once(cluster: Cluster, replicas_factory, cli: C
         "done: 1 not run again",
     ]
     assert [int(r["spec"]["slot"]) for r in cluster.runs("late")] == slots[:-1]
-    annotations = cluster.get("anarchonjob", "late")["metadata"]["annotations"]
-    assert annotations["anarchon.io/trigger-handled"] == slot_time(last)
+    assert pending_requests(cluster.get("anarchonjob", "late")["metadata"]["annotations"]) == {}
 
 
 def test_overlap_job_leaves_it_to_the_job_policy(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
@@ -74,6 +73,33 @@ def test_overlap_job_leaves_it_to_the_job_policy(cluster: Cluster, replicas_fact
         timeout=60,
         what="the first slot running, the second Skipped",
     )
+
+
+def test_backfilled_runs_are_kept_by_when_they_ran(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
+    """A full history keeps the backfilled runs until newer runs push them out, by run time.
+
+    On main the history limits kept the runs of the newest slots: a backfilled run, of an old
+    slot, was deleted as soon as it ended whenever newer runs filled the history.
+    """
+    replicas_factory(f"sqlite://{tmp_path / 'store.db'}").start("replica-a")
+    cluster.apply(job_manifest("full", every="1h", suspend=True, overlap="Allow", successfulRunsHistoryLimit=2))
+    now = time.time_ns() // 1_000_000
+    hour = now // 3_600_000 * 3_600_000
+    recent = [now - 20_000, now - 19_000, now - 1]
+    old = [hour - 7_200_000, hour - 3_600_000]  # two slots of every 1h, before the recent ones
+
+    def kept() -> list[int]:
+        runs = cluster.runs("full")
+        return sorted(int(r["spec"]["slot"]) for r in runs if (r.get("status") or {}).get("phase") == "Succeeded")
+
+    for slot in recent[:2]:
+        ok(cli("trigger", "full", "--at", str(slot)))
+    cluster.wait(lambda: kept() == recent[:2], timeout=60, what="the history full of recent runs")
+    res = cli("backfill", "full", "--from", slot_time(old[0]), "--to", slot_time(old[1]), timeout=120)
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == "done: 2 Succeeded", (res.stdout, res.stderr)
+    cluster.wait(lambda: kept() == old, timeout=30, what="the backfilled runs kept, the older recent ones not")
+    ok(cli("trigger", "full", "--at", str(recent[2]), "--wait", timeout=120))
+    cluster.wait(lambda: kept() == [old[1], recent[2]], timeout=30, what="the first backfilled run pushed out")
 
 
 def test_backfill_refuses_unbounded_and_future_ranges(cluster: Cluster, cli: Cli) -> None:

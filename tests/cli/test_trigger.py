@@ -2,19 +2,53 @@
 
 from __future__ import annotations
 
+import argparse
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
-from tests.operator.conftest import Cluster, job_manifest
+from anarchon.cli import trigger
+from anarchon.kube.constants import MAX_PENDING_TRIGGERS
+from anarchon.kube.triggers import pending_requests
+from tests.operator.conftest import Cluster, Replicas, job_manifest
 
-from .conftest import Cli, ok, one_line_error
+from .conftest import REPO, Cli, ok, one_line_error
+
+
+def _requests(cluster: Cluster, job: str) -> dict[str, str]:
+    return pending_requests(cluster.get("anarchonjob", job)["metadata"].get("annotations") or {})
 
 
 def test_trigger_without_wait_only_asks(cluster: Cluster, cli: Cli) -> None:
     cluster.apply(job_manifest("asked", every="1h", suspend=True))
     out = ok(cli("trigger", "asked", "--at", "2027-01-15T08:00:00Z"))
     assert out.strip() == f"anarchonjob {cluster.namespace}/asked: run of 2027-01-15T08:00:00Z requested"
-    annotations = cluster.get("anarchonjob", "asked")["metadata"]["annotations"]
-    assert annotations["anarchon.io/trigger"] == "2027-01-15T08:00:00Z"
+    ((key, value),) = _requests(cluster, "asked").items()
+    assert key.startswith("anarchon.io/trigger.") and value == "2027-01-15T08:00:00Z"
+
+
+def test_a_full_queue_is_refused(cluster: Cluster, cli: Cli) -> None:
+    """On main a trigger always overwrote the one annotation: a request pending (no replica had
+    seen it yet) was lost to the next. Now each is kept, up to the bound, and one more is refused."""
+    cluster.apply(job_manifest("busy", every="1h", suspend=True))  # no replica runs: requests stay
+    queued = {f"anarchon.io/trigger.q{n}": str(1_800_000_000_000 + n) for n in range(MAX_PENDING_TRIGGERS - 2)}
+    cluster.kubectl(
+        "annotate", "anarchonjob", "busy", "anarchon.io/trigger=now", *(f"{k}={v}" for k, v in queued.items())
+    )
+    ok(cli("trigger", "busy", "--at", "2027-01-15T08:00:00Z"))
+    assert len(_requests(cluster, "busy")) == MAX_PENDING_TRIGGERS
+    one_line_error(
+        cli("trigger", "busy"),
+        1,
+        f"anarchon trigger: anarchonjob {cluster.namespace}/busy: the trigger queue is full,",
+        f"{MAX_PENDING_TRIGGERS} requests pending (at most {MAX_PENDING_TRIGGERS})",
+    )
+    requests = _requests(cluster, "busy")
+    assert len(requests) == MAX_PENDING_TRIGGERS and requests["anarchon.io/trigger"] == "now"
+    assert queued.items() <= requests.items()
 
 
 def test_wait_follows_the_run_and_exits_with_its_outcome(cluster: Cluster, replicas_factory, cli: Cli, tmp_path):
@@ -40,10 +74,81 @@ def test_wait_follows_the_run_and_exits_with_its_outcome(cluster: Cluster, repli
 
 
 def test_wait_gives_up_after_its_timeout(cluster: Cluster, cli: Cli) -> None:
+    """``--wait`` stops after 10 minutes unless told otherwise (on main it waited for ever)."""
+    parser = argparse.ArgumentParser()
+    trigger.add(parser.add_subparsers())
+    assert parser.parse_args(["trigger", "job", "--wait"]).timeout == 600
+    assert parser.parse_args(["trigger", "job", "--wait", "--timeout", "1m30s"]).timeout == 90
+    assert "default 10m" in " ".join(ok(cli("trigger", "--help")).split())
+
     cluster.apply(job_manifest("unserved", every="1h", suspend=True))  # no replica runs
     started = time.monotonic()
     res = cli("trigger", "unserved", "--wait", "--timeout", "2s", "--at", "1800000000000")
     assert 2 <= time.monotonic() - started < 60
-    one_line_error(res, 1, "anarchon trigger: run unserved-1800000000 is not over after --timeout 2s", "no replica")
+    one_line_error(
+        res, 1, "anarchon trigger: run unserved-1800000000 is not over after --timeout 2s: no replica has claimed it"
+    )
     one_line_error(cli("trigger", "unserved", "--wait", "--timeout", "0s"), 2, "--timeout: must be positive")
     one_line_error(cli("trigger", "unserved", "--at", "soon"), 2, "anarchon trigger: --at 'soon' is not a time")
+
+
+def _trigger_in_background(control_plane: Any, namespace: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    kubeconfig = str(control_plane.kubeconfig)
+    return subprocess.Popen(
+        [sys.executable, "-m", "anarchon", "trigger", *args, "-n", namespace, "--kubeconfig", kubeconfig],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_no_trigger_is_lost_with_three_replicas(
+    cluster: Cluster, replicas_factory: Any, cli: Cli, control_plane: Any, tmp_path: Path
+) -> None:
+    """Every trigger that said "requested" runs, once: two sent 50 ms apart, and two sent while
+    every replica was down (with a kubectl ``now`` beside them) once the replicas are back.
+
+    On main each trigger overwrote the one annotation, and the replicas handled its newest value:
+    of triggers sent while none ran, only the last ever ran.
+    """
+    replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
+    names = ("replica-a", "replica-b", "replica-c")
+    for name in names:
+        replicas.start(name)
+    cluster.apply(job_manifest("often", every="1h", suspend=True, overlap="Allow", successfulRunsHistoryLimit=10))
+    status = lambda: (cluster.get("anarchonjob", "often") or {}).get("status") or {}  # noqa: E731
+    cluster.wait(lambda: status().get("schedule") == "every 1h", timeout=60, what="the replicas to serve the job")
+
+    def succeeded() -> list[int]:
+        return [
+            int(r["spec"]["slot"]) for r in cluster.runs("often") if r.get("status", {}).get("phase") == "Succeeded"
+        ]
+
+    base = 1_800_000_000_000
+    pair = []
+    for slot in (base, base + 50):
+        pair.append(_trigger_in_background(control_plane, cluster.namespace, "often", "--at", str(slot)))
+        time.sleep(0.05)
+    for proc in pair:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, (out, err)
+    cluster.wait(lambda: succeeded() == [base, base + 50], timeout=60, what="both runs of the pair")
+
+    for name in names:
+        replicas.kill(name)
+    ok(cli("trigger", "often", "--at", str(base + 1_000)))
+    ok(cli("trigger", "often", "--at", str(base + 2_000)))
+    asked = time.time_ns() // 1_000_000
+    cluster.kubectl("annotate", "anarchonjob", "often", "anarchon.io/trigger=now")
+    assert sorted(_requests(cluster, "often").values()) == [str(base + 1_000), str(base + 2_000), "now"]
+    for name in names:
+        replicas.start(name)
+    cluster.wait(lambda: len(succeeded()) == 5, timeout=60, what="the three requests sent while no replica ran")
+    time.sleep(1)  # nothing more comes
+    now, *slots = succeeded()  # "now" is when a replica first saw it: before 2027
+    assert slots == [base, base + 50, base + 1_000, base + 2_000] and asked <= now < base, (now, slots)
+    assert [r["status"]["attempt"] for r in cluster.runs("often")] == [1] * 5
+    assert len(cluster.pods("anarchon.io/job=often")) == 5
+    assert _requests(cluster, "often") == {}

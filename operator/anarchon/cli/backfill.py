@@ -1,10 +1,11 @@
 """``anarchon backfill JOB --from T --to T``: run every slot of a past range, once each.
 
 Built on the manual-trigger path (:mod:`anarchon.kube.triggers`), nothing new in the replicas:
-each slot in turn is written to the job's ``anarchon.io/trigger`` annotation, and the next
-one only once the replicas have marked it handled (``anarchon.io/trigger-handled``, written
-after the store decided the slot), since the annotation holds one value. So a slot is claimed
-in the store like any other, by exactly one replica, and shows as a ``Manual`` run.
+each slot in turn is a request in the job's trigger queue, as ``anarchon trigger`` adds, and
+the next one is added only once the replicas have removed it (after the store decided the
+slot), so a backfill holds one place of the queue at a time. So a slot is claimed in the store
+like any other, by exactly one replica, and shows as a ``Manual`` run; the history limits keep
+it by when it ran, not by its old slot.
 
 Once each: a slot whose run is in the job's history is passed over, so running the same
 backfill again (after a Ctrl-C, say) resumes it. A slot whose run has left the history
@@ -13,7 +14,7 @@ store has pruned its record too, else the claim is refused and the slot reported
 again" once its run has failed to appear for :data:`ABSENT_S`. ``--overlap`` says how slots follow
 each other: ``Wait`` (default) triggers a slot when the previous run has ended, so every slot
 runs, one at a time, whatever the job's overlap policy; ``Job`` triggers it as soon as the
-previous trigger is handled and leaves the job's policy to decide (with ``Skip``, a slot that
+previous request is handled and leaves the job's policy to decide (with ``Skip``, a slot that
 meets an active run is recorded Skipped; with ``Allow``, runs go side by side).
 
 The range must be bounded and in the past (a future slot triggered now would not run at its
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Final
 
 from .common import Failure, add_kube_args, read_job, report, time_arg, with_kube
 from .follow import follow
+from .trigger import ask
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
@@ -45,23 +47,17 @@ POLL_S: Final = 0.5
 ABSENT_S: Final = 30.0
 
 
-async def _handled(kube: Kube, namespace: str, name: str, value: str, *, wait: bool = True) -> bool:
-    """Whether a replica has marked the trigger ``value`` handled (the store decided its slot);
-    with ``wait``, not before it has."""
-    from ..kube.constants import ANNOTATION_TRIGGER_HANDLED
-
+async def _handled(kube: Kube, namespace: str, name: str, key: str) -> None:
+    """Wait until the replicas have removed the request ``key``: the store decided its slot."""
     while True:
         job = await read_job(kube, namespace, name)
-        if (job["metadata"].get("annotations") or {}).get(ANNOTATION_TRIGGER_HANDLED) == value:
-            return True
-        if not wait:
-            return False
+        if key not in (job["metadata"].get("annotations") or {}):
+            return
         await asyncio.sleep(POLL_S)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..engine.schedule import slots_between
-    from ..kube.constants import ANNOTATION_TRIGGER
     from ..kube.runs import list_runs
     from ..kube.spec import SpecError, parse_job, run_name, slot_time
 
@@ -94,13 +90,7 @@ def run(args: argparse.Namespace) -> int:
         )
         outcomes: Counter[str] = Counter()
         for slot in todo:
-            value = str(slot)
-            if await _handled(kube, namespace, args.job, value, wait=False):
-                # The same value again would be taken for the trigger already handled (and
-                # run nothing): the same slot, spelled as a time.
-                value = slot_time(slot)
-            await kube.annotate_job(namespace, args.job, {ANNOTATION_TRIGGER: value})
-            await _handled(kube, namespace, args.job, value)
+            await _handled(kube, namespace, args.job, await ask(kube, namespace, args.job, slot_time(slot)))
             if args.overlap == "Wait":
                 phase = await follow(kube, namespace, run_name(args.job, slot), None, absent_s=ABSENT_S)
                 if phase is None:

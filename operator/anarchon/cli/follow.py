@@ -55,11 +55,13 @@ async def follow(
     None if ``absent_s`` is given and the run has not appeared by then: a caller that knows
     the slot's trigger was handled learns that no run is coming (the store had decided the slot).
     """
+    from ..engine.durations import format_duration
     from ..kube.client import ApiException, call, path
     from ..kube.constants import RUNS
     from ..kube.mend import open_run
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    took = "" if timeout_s is None else format_duration(round(timeout_s * 1000))
     absent_deadline = None if absent_s is None else time.monotonic() + absent_s
     seen: tuple[Any, ...] | None = None
     _say(f"waiting for a replica to claim run {name}")
@@ -84,6 +86,6 @@ async def follow(
         if run is None and absent_deadline is not None and time.monotonic() >= absent_deadline:
             return None
         if deadline is not None and time.monotonic() >= deadline:
-            where = "no replica has claimed it" if run is None else f"it is {_line(run)}"
-            raise Failure(f"run {name} is not over after --timeout {timeout_s:g}s: {where}")
+            where = "no replica has claimed it yet" if run is None else f"it is {_line(run)}, and goes on"
+            raise Failure(f"run {name} is not over after --timeout {took}: {where}")
         await asyncio.sleep(POLL_S)

@@ -1,23 +1,31 @@
 """``anarchon trigger JOB``: a run now (or at ``--at``), outside the job's schedule.
 
-It annotates the job (through the API: no kubectl needed, so it also works from the
-operator's image); the replicas claim that slot like any scheduled one (see
-:mod:`anarchon.kube.triggers`). With ``--wait`` it follows the run to its end and exits with
-its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped), so a script or a
-CI step can run a job and act on the result.
+It adds a request to the job's trigger queue, an annotation of its own
+(``anarchon.io/trigger.<id>``, through the API: no kubectl needed, so it also works from the
+operator's image), written onto the version of the job it read: it never overwrites another
+request, and the queue's bound holds (a full queue is refused, rc 1). The replicas claim the
+slot like any scheduled one, then remove the request (see :mod:`anarchon.kube.triggers`): a
+request sent while no replica runs waits for them. With ``--wait`` it follows the run to its
+end and exits with its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped,
+or not over within ``--timeout``, 10 minutes by default), so a script or a CI step can run a
+job and act on the result.
 """
 
 from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .common import Failure, add_kube_args, not_found, report, time_arg, with_kube
 from .follow import follow
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
+
+#: How long ``--wait`` follows the run by default: a script must not hang for ever on a run
+#: that no replica claims (none is running) or that never ends.
+WAIT_TIMEOUT: Final = "10m"
 
 
 def _seconds(value: str) -> float:
@@ -33,9 +41,29 @@ def _seconds(value: str) -> float:
     return ms / 1000
 
 
-def run(args: argparse.Namespace) -> int:
+async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
+    """Queue a request for a run at ``at``; its annotation key. A full queue, or a missing job,
+    is the verb's one-line failure."""
     from ..kube.client import ApiException
-    from ..kube.constants import ANNOTATION_TRIGGER
+    from ..kube.constants import MAX_PENDING_TRIGGERS
+    from ..kube.triggers import Contended, QueueFull, request_trigger
+
+    try:
+        return await request_trigger(kube, namespace, job, at)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise await not_found(kube, namespace, job) from None
+        raise
+    except QueueFull as full:
+        raise Failure(
+            f"anarchonjob {namespace}/{job}: the trigger queue is full, {full.pending} requests pending"
+            f" (at most {MAX_PENDING_TRIGGERS}): are its replicas running? Try again once they handled some"
+        ) from None
+    except Contended as exc:
+        raise Failure(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
     from ..kube.spec import run_name
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -45,12 +73,7 @@ def run(args: argparse.Namespace) -> int:
         return report("trigger", failure)
 
     async def annotate(kube: Kube, namespace: str) -> int:
-        try:
-            await kube.annotate_job(namespace, args.job, {ANNOTATION_TRIGGER: at})
-        except ApiException as exc:
-            if exc.status == 404:
-                raise await not_found(kube, namespace, args.job) from None
-            raise
+        await ask(kube, namespace, args.job, at)
         print(f"anarchonjob {namespace}/{args.job}: run of {at} requested", flush=True)
         if not args.wait:
             return 0
@@ -66,5 +89,10 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_kube_args(tr)
     tr.add_argument("--at", help="the run's slot: an RFC3339 time or ms since the epoch (default: now)")
     tr.add_argument("--wait", "-w", action="store_true", help="follow the run to its end; exit 0 if it Succeeded")
-    tr.add_argument("--timeout", type=_seconds, help="with --wait: give up after this long (e.g. 10m; default: never)")
+    tr.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=_seconds(WAIT_TIMEOUT),
+        help=f"with --wait: give up after this long, exit 1; the run goes on (e.g. 30s; default {WAIT_TIMEOUT})",
+    )
     tr.set_defaults(func=run)

@@ -367,9 +367,6 @@ class Kube:
         to read and release. An error status raises :class:`ApiException`."""
         return await self._send("GET", where, None, params, "application/json", timeout_s)
 
-    async def annotate_job(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        await self.patch_job(namespace, name, {"metadata": {"annotations": annotations}})
-
     async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(
             await call(f"reading job {namespace}/{name}", lambda: self.request("GET", path(JOBS, namespace, name)))

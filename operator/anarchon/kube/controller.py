@@ -1,8 +1,9 @@
 """The per-replica controller of AnarchonJobs: spec in, job loop out, status and Events back.
 
-Every replica runs this for every AnarchonJob in its scope; all are active. It never
-writes annotations or finalizers on a job (:mod:`.jobwatch` hands it each change of a job),
-so replicas never fight over them, and a job's deletion never waits on a replica.
+Every replica runs this for every AnarchonJob in its scope; all are active. It writes
+no finalizers on a job (:mod:`.jobwatch` hands it each change of a job), so a job's deletion
+never waits on a replica, and no annotation but the removal of the trigger requests it handled
+(conditional writes, see :mod:`.triggers`).
 The job's status is written by :mod:`.status`, manual runs are handled by :mod:`.triggers`,
 and what the engine reports goes out through :mod:`.listener`.
 """
@@ -18,7 +19,6 @@ from typing import Any
 from ..engine import ConfigError, Job, LeaseBackend, RunContext, Scheduler
 from ..engine.errors import StoreError
 from .client import Kube, background
-from .constants import ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED
 from .events import EventPoster
 from .metrics import Metrics, job_times
 from .podwatch import PodWatch
@@ -27,7 +27,7 @@ from .runner import PodRunner
 from .served import ServedJobs
 from .spec import JobSpec, SpecError, engine_key, parse_job
 from .status import JobStatus
-from .triggers import Triggers
+from .triggers import Triggers, trigger_state
 
 log = logging.getLogger("anarchon.kube.controller")
 
@@ -52,12 +52,14 @@ class JobController:
         self.events = events
         self.metrics = metrics
         self.specs: dict[str, JobSpec] = {}
-        self.status = JobStatus(kube, scheduler, events, run_cache, resync_s=resync_s)
         self.triggers = Triggers(kube, scheduler, events)
+        self.status = JobStatus(
+            kube, scheduler, events, run_cache, resync_s=resync_s, pinned=self.triggers.pending_slots
+        )
         self.served = ServedJobs(scheduler.backend, scheduler.clock)
         #: Per job (engine key), what of its body the last complete handling went by: its
         #: generation (the spec's version) and its trigger annotations (see :meth:`apply`).
-        self._handled: dict[str, tuple[int, object, object]] = {}
+        self._handled: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = {}
 
     # -- watch events ----------------------------------------------------------------------------
 
@@ -69,11 +71,11 @@ class JobController:
         status = body.get("status") or {}
         version = str(meta.get("resourceVersion") or "") or None
         annotations = meta.get("annotations") or {}
-        handled = (generation, annotations.get(ANNOTATION_TRIGGER), annotations.get(ANNOTATION_TRIGGER_HANDLED))
+        handled = (generation, trigger_state(annotations))
         spec = self.specs.get(key)
         if spec is not None and self._handled.get(key) == handled and key in self.scheduler.jobs:
             # Only the status changed: the replicas' own writes at every run's start and end,
-            # each seen by every replica. The spec and the trigger are as last handled, so
+            # each seen by every replica. The spec and the triggers are as last handled, so
             # nothing is parsed, rescheduled or triggered again.
             self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
             await self.status.valid(spec, status, version)

@@ -9,7 +9,7 @@ status of the attempt that replaced it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +69,17 @@ def history_kinds(spec: JobSpec) -> list[tuple[tuple[str, ...], int]]:
         (("Skipped",), spec.successful_history),
         (("Failed", "Interrupted"), spec.failed_history),
     ]
+
+
+def ran_at(run: Mapping[str, Any]) -> tuple[str, int]:
+    """When a run ran, for the history limits' order: its start, or (a Skipped run, one that
+    never started) its object's creation, at the claim; then its slot, between equal seconds.
+
+    Both are RFC3339 UTC to the second, so their text sorts as their time.
+    """
+    status = run.get("status") or {}
+    when = status.get("startTime") or (run.get("metadata") or {}).get("creationTimestamp") or ""
+    return str(when), int((run.get("spec") or {}).get("slot") or 0)
 
 
 def trigger_guess(spec: JobSpec, slot: int) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -94,8 +94,12 @@ class JobStatus:
         run_cache: RunCache | None = None,
         *,
         resync_s: float = 30.0,
+        pinned: Callable[[str], Iterable[int]] = lambda key: (),
     ) -> None:
         self.kube = kube
+        #: Per job (engine key), the slots whose store records must stay whatever their age:
+        #: those of pending trigger requests (:meth:`.Triggers.pending_slots`).
+        self.pinned = pinned
         self.scheduler = scheduler
         self.events = events
         self.run_cache = run_cache
@@ -299,6 +303,10 @@ class JobStatus:
 
         Skipped runs have a bucket of their own: a long job on a short period skips many
         slots, and they must not push the successful runs out of the history.
+
+        Newest by when they ran (:func:`.runs.ran_at`), not by their slot: a manual run or a
+        backfill of an old slot would otherwise be the oldest of the history, and deleted as
+        soon as it ended.
         """
         phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
 
@@ -318,7 +326,7 @@ class JobStatus:
 
         doomed: list[dict[str, Any]] = []
         for phases, keep in runs.history_kinds(spec):
-            bucket = of(*phases)
+            bucket = sorted(of(*phases), key=runs.ran_at)
             doomed += bucket[: max(0, len(bucket) - keep)]
         for r in doomed:
             await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
@@ -330,6 +338,8 @@ class JobStatus:
         Not bound to the history: an old Failed run that ``failedRunsHistoryLimit`` keeps for
         ever must not hold every later record in the store with it. Only a run whose object
         is still open keeps its record (and the later ones): mending it needs the store's verdict.
+        So does a pending trigger request's slot: a replica may have claimed it and not yet
+        removed the request, and the next one to handle it must find the slot taken.
         """
         key = engine_key(spec.namespace, spec.name, spec.uid)
         loop = self.scheduler.jobs.get(key)
@@ -343,7 +353,7 @@ class JobStatus:
             # second per replica (every job every 10 resyncs) for nothing.
             return
         before = self.scheduler.clock.now_ms() - loop.options.records_needed_ms
-        before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r))])
+        before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r)), *self.pinned(key)])
         await self.scheduler.backend.prune(key, before_slot=before)
         self._done(self._pruned, spec)
 

@@ -1,26 +1,62 @@
-"""Manual runs: the ``anarchon.io/trigger`` annotation on an AnarchonJob asks for a run at the slot it names.
+"""Manual runs: trigger requests on an AnarchonJob, each run once, none lost.
 
-``anarchon trigger`` (or ``kubectl annotate``) sets it; every replica sees it and claims the
-slot like a scheduled one, so exactly one runs it. The value handled is written back as
-``anarchon.io/trigger-handled``, so the same trigger is never run twice.
+A request is an annotation whose value names a slot (an RFC3339 time, ms since the epoch, or
+``now``): ``anarchon.io/trigger`` (one request, as ``kubectl annotate`` sets it), or
+``anarchon.io/trigger.<id>``, one of a queue: ``anarchon trigger`` adds one under a new id each
+time (:func:`request_trigger`), so no request ever overwrites another, whoever is writing and
+whether replicas are up or not. It adds it onto the version of the job it read (409: read
+again), so the queue's bound (:data:`.constants.MAX_PENDING_TRIGGERS`) holds against writers
+racing each other.
+
+Every replica handles every request it sees: it claims the slot in the store like a scheduled
+one, so exactly one replica runs it, then removes the request with a JSON patch that first tests
+its value (a kubectl user may have set a new request under the same key meanwhile). Claim first,
+remove after: whatever fails between the two (the replica dies, the removal fails, or succeeds
+with its reply lost), the request is still there or already gone, and its next handling (by any
+replica) finds the slot decided in the store (taken) and only removes it. So the slot's record
+must outlive the request: the store's pruning keeps the slots of pending requests
+(:meth:`Triggers.pending_slots`). Two requests for the same slot are one run.
+
+``now`` is fixed before anything claims it: the first replica to see it replaces it with its
+clock's time (a tested patch: one replica wins, the others read what it wrote); otherwise each
+replica would claim a slot of its own.
+
+An earlier version marked the value handled in ``anarchon.io/trigger-handled`` and left it in
+place: a request equal to it was handled then, and is removed with it, not run again.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from ..engine import ConfigError, Scheduler
 from ..engine.limits import MAX_SLOT_MS, MIN_SLOT_MS
-from .client import Kube
-from .constants import ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED
+from .client import ApiException, Kube, call, path
+from .constants import (
+    ANNOTATION_TRIGGER,
+    ANNOTATION_TRIGGER_HANDLED,
+    ANNOTATION_TRIGGER_REQUEST,
+    JOBS,
+    JSON_PATCH,
+    MAX_PENDING_TRIGGERS,
+)
 from .events import EventPoster
-from .spec import JobSpec, run_name
+from .spec import JobSpec, run_name, slot_time
 
 _DIGITS = re.compile(r"[0-9]+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The value that asks for a run at the time a replica first sees it.
+NOW: Final = "now"
+#: Tries of a conditional write that keeps meeting another writer's change (each one is read
+#: again first): past them the write gives up for now.
+WRITE_TRIES: Final = 10
+
+#: A job's trigger requests: annotation key -> value.
+Requests = dict[str, str]
 
 
 def parse_trigger(value: str) -> int | None:
@@ -46,52 +82,136 @@ def parse_trigger(value: str) -> int | None:
     return slot if MIN_SLOT_MS <= slot <= MAX_SLOT_MS else None
 
 
+def pending_requests(annotations: Mapping[str, Any]) -> Requests:
+    """The job's trigger requests, by annotation key."""
+    return {
+        key: str(value)
+        for key, value in annotations.items()
+        if key == ANNOTATION_TRIGGER or key.startswith(ANNOTATION_TRIGGER_REQUEST)
+    }
+
+
+def trigger_state(annotations: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What of a job's annotations its triggers' handling depends on: one value to compare."""
+    state = pending_requests(annotations)
+    if ANNOTATION_TRIGGER_HANDLED in annotations:
+        state[ANNOTATION_TRIGGER_HANDLED] = str(annotations[ANNOTATION_TRIGGER_HANDLED])
+    return tuple(sorted(state.items()))
+
+
+class QueueFull(Exception):
+    """The job holds :data:`.constants.MAX_PENDING_TRIGGERS` requests: no more is added."""
+
+    def __init__(self, pending: int) -> None:
+        super().__init__(f"{pending} requests pending")
+        self.pending = pending
+
+
+class Contended(Exception):
+    """A conditional write met another writer's change at each of its :data:`WRITE_TRIES` tries."""
+
+
+async def request_trigger(kube: Kube, namespace: str, name: str, at: str) -> str:
+    """Add a request for a run at ``at`` to the job's queue; its annotation key.
+
+    Written onto the version of the job it read, so that the bound holds: a 409 (someone wrote
+    meanwhile, or our own write whose reply was lost, retried) reads the job again, and finds
+    our request there if it was written. Raises :class:`QueueFull`, :class:`Contended`, and the
+    API's 404 if there is no such job.
+    """
+    key = ANNOTATION_TRIGGER_REQUEST + secrets.token_hex(4)
+    for _ in range(WRITE_TRIES):
+        meta = (await kube.get_job(namespace, name))["metadata"]
+        annotations = meta.get("annotations") or {}
+        if annotations.get(key) == at:
+            return key
+        pending = len(pending_requests(annotations))
+        if pending >= MAX_PENDING_TRIGGERS:
+            raise QueueFull(pending)
+        try:
+            await kube.patch_job(
+                namespace, name, {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {key: at}}}
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            continue
+        return key
+    raise Contended(f"anarchonjob {namespace}/{name} changed at each of {WRITE_TRIES} tries to add the request")
+
+
+def _pointer(key: str) -> str:
+    """The JSON pointer (RFC 6901) of an annotation."""
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _test(key: str, value: str) -> dict[str, str]:
+    return {"op": "test", "path": _pointer(key), "value": value}
+
+
+def _order(request: tuple[str, str]) -> tuple[int, str]:
+    """Requests are handled by slot (then key): the oldest first, as the schedule would have."""
+    slot = parse_trigger(request[1])
+    return (-1 if slot is None else slot, request[0])
+
+
 class Triggers:
-    """Handles the trigger annotations of the jobs this replica serves, each value once."""
+    """Handles the trigger requests of the jobs this replica serves: each claimed, then removed."""
 
     def __init__(self, kube: Kube, scheduler: Scheduler, events: EventPoster) -> None:
         self.kube = kube
         self.scheduler = scheduler
         self.events = events
-        #: The trigger value this replica is handling or handled, by engine key: watch events
-        #: that arrive before the handled annotation shows (our own status writes make some)
-        #: must not handle it again.
-        self._seen: dict[str, str] = {}
+        #: Per job (engine key), the requests (key, value) this replica has claimed or refused
+        #: and not yet seen gone: a retry after a failed removal, or an event that comes
+        #: before our removal shows, removes them without claiming again.
+        self._decided: dict[str, set[tuple[str, str]]] = {}
+        #: Per job, the slots of its pending requests: their store records must stay.
+        self._slots: dict[str, list[int]] = {}
 
-    async def apply(self, spec: JobSpec, key: str, annotations: Mapping[str, Any]) -> None:
-        """Handle the job's trigger, if it has one that neither the object nor we have handled."""
-        trigger = str(annotations.get(ANNOTATION_TRIGGER) or "")
-        handled = str(annotations.get(ANNOTATION_TRIGGER_HANDLED) or "")
-        if not trigger or self._seen.get(key) == trigger:
-            return
-        self._seen[key] = trigger
-        if trigger == handled:
-            # A peer claimed this manual run before we saw it; the backup sweep covers it
-            # like any other run.
-            return
-        try:
-            await self._manual(spec, key, trigger)
-        except BaseException:
-            self._seen.pop(key, None)  # not handled: the next event tries again
-            raise
+    def pending_slots(self, key: str) -> list[int]:
+        """The slots the job's pending requests name, as last seen."""
+        return self._slots.get(key, [])
 
     def forget(self, key: str) -> None:
         """The job is gone."""
-        self._seen.pop(key, None)
+        self._decided.pop(key, None)
+        self._slots.pop(key, None)
 
-    async def _manual(self, spec: JobSpec, key: str, trigger: str) -> None:
-        slot = parse_trigger(trigger)
+    async def apply(self, spec: JobSpec, key: str, annotations: Mapping[str, Any]) -> None:
+        """Claim the slot of every request the job holds, then remove the requests."""
+        requests = pending_requests(annotations)
+        old = annotations.get(ANNOTATION_TRIGGER_HANDLED)
+        if not requests and old is None:
+            self.forget(key)
+            return
+        decided = self._decided.setdefault(key, set())
+        decided &= set(requests.items())
+        if old is not None and requests.get(ANNOTATION_TRIGGER) == old:
+            decided.add((ANNOTATION_TRIGGER, str(old)))  # handled by an earlier version
+        fixed = await self._fix_now(spec, requests)
+        if fixed is None:
+            return  # the job is gone
+        self._slots[key] = sorted(s for v in fixed.values() if (s := parse_trigger(v)) is not None)
+        for request in sorted(fixed.items(), key=_order):
+            if request not in decided:
+                await self._decide(spec, key, *request)
+                decided.add(request)
+        done = set(decided) | (set() if old is None else {(ANNOTATION_TRIGGER_HANDLED, str(old))})
+        await self._remove(spec, done)
+
+    async def _decide(self, spec: JobSpec, key: str, name: str, value: str) -> None:
+        """Claim the request's slot (won or taken, the store has decided it), or refuse its value."""
+        slot = parse_trigger(value)
         if slot is None:
-            await self._refuse(spec, trigger, "is not a time between 1970 and 9999 (RFC3339, or ms since the epoch)")
+            why = "is not a time between 1970 and 9999 (RFC3339, ms since the epoch, or now)"
+            await self._refuse(spec, name, value, why)
             return
         try:
             result = await self.scheduler.trigger(key, slot)
         except ConfigError as exc:  # a slot the engine refuses is refused like a bad value: once
-            await self._refuse(spec, trigger, f"was refused: {exc}")
+            await self._refuse(spec, name, value, f"was refused: {exc}")
             return
-        # Won or taken, the store has decided this slot: every replica may mark it handled
-        # (the same value each time; a patch that changes nothing changes nothing).
-        await self.kube.annotate_job(spec.namespace, spec.name, {ANNOTATION_TRIGGER_HANDLED: trigger})
         if result.won:
             await self.events.about(
                 spec,
@@ -99,10 +219,62 @@ class Triggers:
                 message=f"manual run {run_name(spec.name, slot)} claimed by {self.scheduler.instance_id}",
             )
 
-    async def _refuse(self, spec: JobSpec, trigger: str, why: str) -> None:
-        """A BadTrigger Event, and the value marked handled: later events of the job go on as usual."""
-        shown = trigger if len(trigger) <= 60 else trigger[:57] + "..."
-        await self.events.about(
-            spec, reason="BadTrigger", message=f"annotation {ANNOTATION_TRIGGER}={shown!r} {why}", warning=True
-        )
-        await self.kube.annotate_job(spec.namespace, spec.name, {ANNOTATION_TRIGGER_HANDLED: trigger})
+    async def _refuse(self, spec: JobSpec, name: str, value: str, why: str) -> None:
+        """A BadTrigger Event; the request is removed with the others, so later ones go on as usual."""
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        await self.events.about(spec, reason="BadTrigger", message=f"annotation {name}={shown!r} {why}", warning=True)
+
+    async def _fix_now(self, spec: JobSpec, requests: Requests) -> Requests | None:
+        """The requests with every ``now`` replaced by a time on the job (by us or another replica);
+        None if the job is gone."""
+        for _ in range(WRITE_TRIES):
+            nows = sorted(k for k, v in requests.items() if v.strip() == NOW)
+            if not nows:
+                return requests
+            at = slot_time(self.scheduler.clock.now_ms())
+            ops = [
+                op for k in nows for op in (_test(k, requests[k]), {"op": "replace", "path": _pointer(k), "value": at})
+            ]
+            if await self._patch(spec, ops):
+                return {**requests, **dict.fromkeys(nows, at)}
+            annotations = await self._annotations(spec)
+            if annotations is None:
+                return None
+            requests = pending_requests(annotations)
+        raise Contended(f"{spec.namespace}/{spec.name}: the time of its trigger 'now' could not be set")
+
+    async def _remove(self, spec: JobSpec, done: set[tuple[str, str]]) -> None:
+        """Remove the annotations ``done`` (key, value), each only while it still has that value."""
+        for _ in range(WRITE_TRIES):
+            if not done:
+                return
+            ops = [op for k, v in sorted(done) for op in (_test(k, v), {"op": "remove", "path": _pointer(k)})]
+            if await self._patch(spec, ops):
+                return
+            annotations = await self._annotations(spec)
+            if annotations is None:
+                return
+            done = {(k, v) for k, v in done if annotations.get(k) == v}
+        raise Contended(f"{spec.namespace}/{spec.name}: its handled trigger requests could not be removed")
+
+    async def _patch(self, spec: JobSpec, ops: list[dict[str, str]]) -> bool:
+        """A JSON patch of the job: False if one of its tests failed, or the job is gone."""
+        try:
+            await call(
+                f"trigger requests of job {spec.namespace}/{spec.name}",
+                lambda: self.kube.request("PATCH", path(JOBS, spec.namespace, spec.name), ops, content_type=JSON_PATCH),
+            )
+        except ApiException as exc:
+            if exc.status in (404, 422):  # 422: a test failed (a value changed, or is gone)
+                return False
+            raise
+        return True
+
+    async def _annotations(self, spec: JobSpec) -> dict[str, Any] | None:
+        try:
+            job = await self.kube.get_job(spec.namespace, spec.name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(job["metadata"].get("annotations") or {})
