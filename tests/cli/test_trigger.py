@@ -138,10 +138,10 @@ def test_no_trigger_is_lost_with_three_replicas(
 
     for name in names:
         replicas.kill(name)
+    asked = time.time_ns() // 1_000_000
+    cluster.kubectl("annotate", "--overwrite", "anarchonjob", "often", "anarchon.io/trigger=now")
     ok(cli("trigger", "often", "--at", str(base + 1_000)))
     ok(cli("trigger", "often", "--at", str(base + 2_000)))
-    asked = time.time_ns() // 1_000_000
-    cluster.kubectl("annotate", "anarchonjob", "often", "anarchon.io/trigger=now")
     assert sorted(_requests(cluster, "often").values()) == [str(base + 1_000), str(base + 2_000), "now"]
     for name in names:
         replicas.start(name)

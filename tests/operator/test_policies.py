@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from anarchon.kube.spec import run_name
+from anarchon.kube.triggers import pending_requests
 from tests.servers.redis import RedisServer, free_port
 
 from .conftest import REPO, Cluster, Replicas, job_manifest
@@ -294,8 +295,8 @@ def _anarchon(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_trigger_runs_once_even_after_a_restart(
     cluster: Cluster, replicas_factory, control_plane, namespace: str, tmp_path: Path
 ) -> None:
-    """A handled trigger is marked on the job: a replica started later does not run it again,
-    even once its run has left the history (the store then has no record of that slot)."""
+    """A handled trigger request is removed from the job: a replica started later does not run it
+    again, even once its run has left the history (the store then has no record of that slot)."""
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     # Allow: with Skip, a manual run due while a scheduled one is active would be Skipped.
@@ -316,8 +317,7 @@ def test_cli_trigger_runs_once_even_after_a_restart(
     # Its AnarchonRun may be gone again within a second (history limit 1): the log is the record.
     succeeded = f"@{slot} attempt 1: Succeeded"
     cluster.wait(lambda: succeeded in replicas.log("replica-0"), timeout=60, what="the triggered run to succeed")
-    annotations = cluster.get("anarchonjob", "once")["metadata"]["annotations"]
-    assert annotations["anarchon.io/trigger-handled"] == str(slot)
+    assert pending_requests(cluster.get("anarchonjob", "once")["metadata"]["annotations"]) == {}
     cluster.wait(lambda: manual not in names(), timeout=60, what="the history limit to delete the manual run")
 
     replicas.kill("replica-0")
