@@ -6,7 +6,13 @@ import sqlite3
 import time
 from pathlib import Path
 
-from anarchon.kube.spec import engine_key
+from anarchon.engine import Job, Overlap, RunState, Scheduler
+from anarchon.engine.backend import ClaimRequest
+from anarchon.engine.backends.sqlite import SqliteBackend
+from anarchon.kube.client import Kube
+from anarchon.kube.events import EventPoster
+from anarchon.kube.spec import engine_key, parse_job
+from anarchon.kube.status import JobStatus
 
 from .conftest import Cluster, Replicas, job_manifest
 
@@ -116,3 +122,30 @@ def test_deleting_a_job_deletes_its_store_data(cluster: Cluster, replicas_factor
     time.sleep(3)  # no replica brings a record of it back
     assert _store_rows(db, doomed) == ([], 0)
     assert _store_rows(db, bystander)[0] and _store_rows(db, bystander)[1] == 1
+
+
+async def _never(ctx: object) -> None:
+    raise AssertionError("nothing runs here")
+
+
+async def test_a_pending_trigger_requests_slot_keeps_its_store_record(kube: Kube, cluster: Cluster, tmp_path: Path):
+    """A replica may claim a trigger request's slot and die before it removes the request: the
+    next one must find the slot taken, so pruning by age keeps the slots of pending requests.
+    On main a backfilled (old) slot's record went at the next prune, its request pending or not."""
+    cluster.apply(job_manifest("pinned", every="1h", suspend=True))
+    spec = parse_job(cluster.get("anarchonjob", "pinned"))
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    backend = SqliteBackend(tmp_path / "store.db")
+    await backend.setup()
+    scheduler = Scheduler(backend, instance_id="replica-0")
+    scheduler.add(Job(key, spec.schedule, _never, spec.options))
+    hour, now = 3_600_000, int(time.time() * 1000)
+    for slot in (hour, 2 * hour, 3 * hour):  # of 1970: far older than records are kept; the newest stays
+        await backend.claim(ClaimRequest(key, slot, "replica-1", f"t-{slot}", now, 4_000, Overlap.ALLOW))
+        await backend.finish(key, slot, f"t-{slot}", now, RunState.SUCCEEDED)
+    try:
+        status = JobStatus(kube, scheduler, EventPoster(kube), pinned=lambda k: [2 * hour] if k == key else [])
+        await status.resync(spec)
+        assert [r.slot for r in await backend.history(key)] == [3 * hour, 2 * hour]
+    finally:
+        await backend.close()
