@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import subprocess
 import sys
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from anarchon.cli import trigger
+from anarchon.kube.client import Kube
 from anarchon.kube.constants import MAX_PENDING_TRIGGERS
-from anarchon.kube.triggers import pending_requests
+from anarchon.kube.triggers import pending_requests, request_trigger
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 
 from .conftest import REPO, Cli, ok, one_line_error
@@ -71,6 +73,15 @@ def test_wait_follows_the_run_and_exits_with_its_outcome(cluster: Cluster, repli
     assert res.returncode == 1, (res.stdout, res.stderr)
     assert res.stdout.splitlines()[-1].split(" ", 1)[1].startswith("Failed, attempt 1 on replica-a"), res.stdout
     assert res.stderr == ""
+
+
+async def test_requests_written_at_once_are_all_kept(cluster: Cluster, kube: Kube) -> None:
+    """Five requests added at the same moment, each onto the version of the job it read: the
+    writes that meet a newer version (409) read it again, and none overwrites another."""
+    cluster.apply(job_manifest("racy", every="1h", suspend=True))
+    slots = [str(1_800_000_000_000 + n) for n in range(5)]
+    keys = await asyncio.gather(*(request_trigger(kube, cluster.namespace, "racy", slot) for slot in slots))
+    assert _requests(cluster, "racy") == dict(zip(keys, slots, strict=True))
 
 
 def test_wait_gives_up_after_its_timeout(cluster: Cluster, cli: Cli) -> None:
