@@ -1,12 +1,13 @@
 """The replica's watch on AnarchonJobs: each job's changes handed to the controller, one at a time.
 
-Every replica handles every job (all are active), and persists nothing on the objects: no
-annotations, no finalizers. So the watch needs no more than the loop shared by the other
-watches (:mod:`.watching`) and, per job, one worker that hands over the newest state of the
-job, never two at once for the same job: a job that changes again while its last change is
-being handled is handled once more afterwards, with its newest body (the ones in between are
-skipped: each body is the whole job). A change whose handling failed is tried again, with a
-backoff, until it is done or a newer change of the job supersedes it.
+Every replica handles every job (all are active), and writes nothing on the objects but their
+status and the removal of the trigger requests it handled: no finalizers. So the watch needs no
+more than the loop shared by the other watches (:mod:`.watching`) and, per job, one worker that
+hands over the newest state of the job, never two at once for the same job: a job that changes
+again while its last change is being handled is handled once more afterwards, with its newest
+body (the ones in between are skipped: each body is the whole job, every pending trigger
+request included, one annotation each: see :mod:`.triggers`). A change whose handling failed
+is tried again, with a backoff, until it is done or a newer change of the job supersedes it.
 
 A listing (at start, and after the watch broke off) hands over every job it holds, and a
 deletion for each job this replica knew in the scope that is no longer there: deleted while
