@@ -39,7 +39,7 @@ def test_values_that_name_a_slot(value: str, slot: int) -> None:
         "1969-12-31T23:59:59Z",
         "0001-01-01T00:00:00+01:00",
         "9999-12-31T23:59:59-01:00",
-        "now",
+        "soon",  # ("now" is no slot either: a replica writes its time there first)
         "",
         "1e12",
         "12:00",
