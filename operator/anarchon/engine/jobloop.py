@@ -287,7 +287,7 @@ class JobLoop:
                 woke_at = self.clock.now_ms()
                 if suspended and not self._opts.suspend:
                     # Resumed: slots due while suspended count as missed, per catch-up policy.
-                    cursor = max(cursor, await self._start_cursor())
+                    cursor = max(cursor, await self._start_cursor("missed while suspended"))
                 else:
                     await self._note_schedule()
                     # The new definition counts from now: slots it would have had before the
@@ -334,7 +334,7 @@ class JobLoop:
         except StoreError as exc:
             self.listener.store_error("schedule", self._job.name, str(exc))
 
-    async def _start_cursor(self) -> int:
+    async def _start_cursor(self, why: str = "missed while no instance ran") -> int:
         """Where the slot loop starts (or resumes): now, after catching up on missed slots per policy.
 
         A suspended job catches nothing up: its missed slots wait for the resume.
@@ -350,7 +350,7 @@ class JobLoop:
         if last is None:
             return now  # no history of this job: nothing was missed
         base = max(last, since - 1, now - opts.catch_up_window_ms)
-        self._catch_up(await _slots_between(job.schedule, base, now), "missed while no instance ran")
+        self._catch_up(await _slots_between(job.schedule, base, now), why)
         return now
 
     def _catch_up(self, missed: list[int], why: str) -> None:
