@@ -149,17 +149,25 @@ def interest_in(
 
 
 async def wait_for_change(
-    watch: PodWatch | None, changed: asyncio.Event | None, stop: asyncio.Event, *, poll_s: float, resync_s: float
+    watch: PodWatch | None,
+    changed: asyncio.Event | None,
+    stop: asyncio.Event,
+    *,
+    poll_s: float,
+    resync_s: float,
+    wake: asyncio.Event | None = None,
 ) -> None:
-    """Sleep until ``stop`` is set, the Pod ``changed``, or it is time to read it anyway.
+    """Sleep until ``stop`` is set, the Pod ``changed``, ``wake`` is set (a cancel), or it is time
+    to read the Pod anyway.
 
     That time is ``resync_s`` while the watch is live (a missed event then only delays an
     outcome), ``poll_s`` otherwise (no watch, or it is down: plain polling).
     """
     watched = changed is not None and watch is not None and watch.healthy
     waits = [asyncio.ensure_future(stop.wait())]
-    if changed is not None:
-        waits.append(asyncio.ensure_future(changed.wait()))
+    for event in (changed, wake):
+        if event is not None:
+            waits.append(asyncio.ensure_future(event.wait()))
     try:
         await asyncio.wait(waits, timeout=resync_s if watched else poll_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
