@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from anarchon.engine import RunCancelled
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.runcache import RunCache
 from anarchon.kube.runner import PodRunner
@@ -26,12 +26,11 @@ from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 
 from .conftest import Cluster, Replicas, job_manifest
+from .test_api_faults import RUN_STATUS, YES
 from .test_runner_fencing import SLOT, attempt
 
 FAST = {"heartbeat": "500ms", "lease": "1500ms", "jitter": "0s", "every": "1h", "suspend": True}
 LEASE_S = 1.5
-YES = [True] * 100  # the lease holds throughout
-RUN_STATUS = {"resource": "anarchonruns", "subresource": "status"}
 
 
 def _status(cluster: Cluster, run: str) -> dict[str, Any]:
@@ -111,19 +110,6 @@ def test_a_cancelled_run_stops_and_no_replica_launches_it_again(
 
 
 # -- one attempt in-process, through the API fault proxy ----------------------------------------------
-
-
-@pytest.fixture
-def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
-    with ApiFaultProxy(control_plane) as p:
-        yield p
-
-
-@pytest.fixture
-async def through_proxy(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
-    k = await connect(str(proxy.kubeconfig))
-    yield k
-    await k.close()
 
 
 def _job(cluster: Cluster, run_seconds: str) -> JobSpec:

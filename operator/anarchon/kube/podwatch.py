@@ -32,7 +32,7 @@ from typing import Any
 from .client import Kube
 from .constants import LABEL_FOLLOWER, LABEL_MANAGED_BY, MANAGED_BY
 from .pods import follower_of
-from .watching import ScopedWatch, uid_of
+from .watching import ScopedWatch, registered, uid_of
 
 Key = tuple[str, str]
 
@@ -98,17 +98,8 @@ class PodWatch(ScopedWatch):
     def interest(self, namespace: str, name: str) -> Iterator[PodChange]:
         """An Event set at the next change of the Pod. Enter it *before* reading the Pod, so
         a change between the read and the wait is not lost."""
-        event = PodChange()
-        key = (namespace, name)
-        self._waiters.setdefault(key, set()).add(event)
-        try:
+        with registered(self._waiters, (namespace, name), PodChange()) as event:
             yield event
-        finally:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[key]
 
     # -- the watch -------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from typing import Any
 from .client import Kube
 from .constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
 from .runs import Cancel, cancel_of
-from .watching import ScopedWatch
+from .watching import ScopedWatch, registered
 
 Key = tuple[str, str]  # namespace, name
 
@@ -131,19 +131,11 @@ class RunCache(ScopedWatch):
     def cancels(self, namespace: str, name: str) -> Iterator[CancelWake]:
         """While within, the run's :class:`CancelWake`: set when its object carries a cancel,
         now (as the cache has it) or as soon as the watch delivers it."""
-        wake = CancelWake()
         key = (namespace, name)
-        self._cancels.setdefault(key, set()).add(wake)
-        written = self._written.get(key)
-        wake.asked(written[0] if written is not None else self._runs.get(key))
-        try:
+        with registered(self._cancels, key, CancelWake()) as wake:
+            written = self._written.get(key)
+            wake.asked(written[0] if written is not None else self._runs.get(key))
             yield wake
-        finally:
-            wakes = self._cancels.get(key)
-            if wakes is not None:
-                wakes.discard(wake)
-                if not wakes:
-                    del self._cancels[key]
 
     def wrote(self, obj: dict[str, Any]) -> None:
         """Our own write (a create's or update's reply): read it until the watch delivers it."""

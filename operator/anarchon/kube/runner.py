@@ -572,21 +572,9 @@ class PodRunner:
         """End the run Cancelled, its Pod stopped or never launched: the run's object says who asked
         and why, an Event on the run and on the job, and the engine ends it for good (no backup
         takes it over). ``failed``: the try's Pod had failed on its own first, and is not retried."""
-        cancel = self._wakes[name].cancel or runs.Cancel("")
-        message = cancel.message
-        await _confirm(ctx)
-        await self._write(
-            ctx,
-            spec,
-            name,
-            lambda s: runs.cancelled(
-                s,
-                attempt=ctx.attempt,
-                message=message,
-                instance=ctx.instance,
-                failed=None if failed is None else failed.message,
-            ),
-        )
+        message = (self._wakes[name].cancel or runs.Cancel("")).message
+        failed_try = None if failed is None else failed.message
+        await self._end(ctx, spec, name, CANCELLED, message, final=True, failed_try=failed_try)
         held = self._in_hand[name].body
         await self.events.post(
             namespace=spec.namespace, name=name, uid=uid_of(held), reason=CANCELLED, message=message, kind=RUN_KIND
@@ -712,6 +700,7 @@ class PodRunner:
         *,
         final: bool,
         reason: str | None = None,
+        failed_try: str | None = None,
     ) -> None:
         await _confirm(ctx)
         await self._write(
@@ -726,6 +715,7 @@ class PodRunner:
                 final=final,
                 reason=reason,
                 instance=ctx.instance,
+                failed_try=failed_try,
             ),
         )
 

@@ -356,6 +356,7 @@ def end_attempt(
     final: bool,
     reason: str | None = None,
     instance: str | None = None,
+    failed_try: str | None = None,
 ) -> Status:
     """The attempt ended; ``final``: so did the run, and its current try with it.
 
@@ -363,6 +364,9 @@ def end_attempt(
     An attempt that never recorded its start (it found its Pod already ended: the runner
     before it died after the launch) records itself here, given its ``instance``: otherwise
     the run would end with its history saying the dead runner's attempt is still Running.
+    ``failed_try``: the current try's Pod had failed on its own first (the run ended otherwise
+    before its retry: a cancel), so the try says Failed, with this message. A run that ends in
+    a backoff announces no next try any more: its try is the last one that ran.
     """
     now = now_rfc3339()
     entries = list(status.get("attempts") or [])
@@ -370,7 +374,13 @@ def end_attempt(
         _close_open_attempts(entries, now)
         entries.append({"attempt": attempt, "instance": instance, "podName": status.get("podName"), "startTime": now})
         status.update(attempts=entries, attempt=attempt, instance=instance)
+    if failed_try is not None:
+        _close_try(status, int(status.get("try") or 1), "Failed", failed_try, now)
     if final:
+        tries = [int(t.get("try", 0)) for t in status.get("tries") or []]
+        if tries and int(status.get("try") or 1) not in tries:  # ended in the backoff: that try never ran
+            status["try"] = max(tries)
+        status.pop("nextTryTime", None)
         _close_try(status, int(status.get("try") or 1), outcome, message, now)
     for entry in status.get("attempts") or []:
         if int(entry.get("attempt", 0)) == attempt:
@@ -434,23 +444,6 @@ def cancel_of(run: dict[str, Any] | None) -> Cancel | None:
     reason = " ".join(str(annotations[ANNOTATION_CANCEL] or "").split())
     by = " ".join(str(annotations.get(ANNOTATION_CANCEL_BY) or "").split()) or None
     return Cancel(reason, by)
-
-
-def cancelled(status: Status, *, attempt: int, message: str, instance: str, failed: str | None = None) -> Status | None:
-    """The run was cancelled: the attempt and the run end Cancelled, and so does the current try's
-    Pod, stopped for it; unless ``failed``: that Pod had failed on its own first (its try says so,
-    and the retry it would have had is not launched). A run cancelled in a backoff says no next
-    try any more: its try is the last one that ran. Unless it ended meanwhile (a repeat)."""
-    if ended(status):
-        return None
-    current = int(status.get("try") or 1)
-    if failed is not None:
-        _close_try(status, current, "Failed", failed, now_rfc3339())
-    tries = [int(t.get("try", 0)) for t in status.get("tries") or []]
-    if tries and current not in tries:  # cancelled in the backoff: that try never ran
-        status["try"] = max(tries)
-    status.pop("nextTryTime", None)
-    return end_attempt(status, attempt=attempt, outcome="Cancelled", message=message, final=True, instance=instance)
 
 
 async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, message: str) -> bool:
