@@ -63,3 +63,6 @@ ANNOTATION_CANCEL: Final = f"{GROUP}/cancel"
 #: On an AnarchonRun beside :data:`ANNOTATION_CANCEL`: who asked, as the API server named them to
 #: ``anarchon cancel`` (absent when nobody said: a plain ``kubectl annotate``).
 ANNOTATION_CANCEL_BY: Final = f"{GROUP}/cancel-by"
+
+#: How many windows of missed slots a job's status keeps (``status.missed``, newest last).
+MISSED_WINDOWS_KEPT: Final = 10
