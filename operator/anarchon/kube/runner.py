@@ -516,11 +516,13 @@ class PodRunner:
                     if deadline_s:
                         left_s = deadline_s if left_s is None else min(left_s, deadline_s)
                     watched = covered and self.pod_watch is not None and self.pod_watch.healthy
-                    # A cancel wakes us while the Pod lives; once it is being deleted, its end does.
-                    wake = None if cancel.is_set() else cancel
+                    # A cancel wakes us while the Pod lives (also one that came during the calls
+                    # above: the wait returns at once); once it is being deleted, its end does.
+                    wake = cancel if view.fate is PodFate.LIVE else None
                     await self._wait(ctx, changed if covered else None, at_most_s=left_s, wake=wake)
                     woke = changed if changed is not None and changed.is_set() else None
                     resync = woke is None and watched and self.pod_watch is not None and self.pod_watch.healthy
+                    resync = resync and not cancel.is_set()  # a cancel's read is no background work
                     continue
             # A Pod that ended being deleted, on a cancelled run, was stopped for the cancel (by
             # us, or by an attempt before us); one that ended on its own first keeps its outcome.
