@@ -7,8 +7,8 @@ request, and the queue's bound holds (a full queue is refused, rc 1). The replic
 slot like any scheduled one, then remove the request (see :mod:`anarchon.kube.triggers`): a
 request sent while no replica runs waits for them. With ``--wait`` it follows the run to its
 end and exits with its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped,
-or not over within ``--timeout``, 10 minutes by default), so a script or a CI step can run a
-job and act on the result.
+Cancelled, or not over within ``--timeout``, 10 minutes by default), so a script or a CI step
+can run a job and act on the result.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
     # Before any job is added: jobs come only from the job watch, which starts below.
-    listener.bind(controller.specs.get, controller.status.refresh_soon)
+    listener.bind(controller.specs.get, controller.status.refresh_soon, controller.status.note_missed)
     health = None
     if cfg.health_port:
         health = HealthServer(

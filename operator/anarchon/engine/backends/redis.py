@@ -521,7 +521,7 @@ class RedisBackend(LeaseBackend):
     """Lease store on Redis or Valkey: one primary (one server, or behind a proxy; not Cluster).
 
     ``retention_ms``: when set, every run that becomes final (Succeeded, Failed, Interrupted,
-    Skipped) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
+    Skipped, Cancelled) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
     the store forever even if nobody calls :meth:`prune`. It must be far longer than any
     window in which an instance could still claim that slot (catch-up, clock skew): once a
     run's hash has expired, its slot could be claimed, and run, again. Active runs never
@@ -617,6 +617,8 @@ class RedisBackend(LeaseBackend):
         self._retention = "" if retention_ms is None else str(retention_ms)
         #: The epoch of each job this instance has claimed for (see :meth:`epoch_key`).
         self._epochs: dict[str, str] = {}
+        #: When each job's records began again, for jobs whose epoch changed under us.
+        self._lost_since: dict[str, int] = {}
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -646,6 +648,9 @@ class RedisBackend(LeaseBackend):
     def leases_key(self) -> str:
         """``P:leases``: every job's active runs by when their lease ends (the backups' sweep)."""
         return f"{self.prefix}:leases"
+
+    def lost_since(self, job: str) -> int | None:
+        return self._lost_since.get(job)
 
     def epoch_key(self, job: str) -> str:
         """``<id> <ms>``: written by the job's first claim; a different one means the store lost state."""
@@ -730,9 +735,10 @@ class RedisBackend(LeaseBackend):
         epoch = _text(reply[-1])
         known, self._epochs[job] = self._epochs.get(job), epoch
         if outcome == "lost":
+            self._lost_since[job] = since = int(epoch.split()[1])
             raise StoreLostState(
                 f"redis {self._safe_url}: the store lost the records of {job} (epoch {known} is now {epoch})",
-                since_ms=int(epoch.split()[1]),
+                since_ms=since,
             )
         if outcome == "taken":
             return ClaimResult(ClaimOutcome.TAKEN, _run_from_hash(_pairs(reply[1])))
@@ -953,6 +959,7 @@ class RedisBackend(LeaseBackend):
             self.leases_key(),
         ]
         self._epochs.pop(job, None)
+        self._lost_since.pop(job, None)
         while True:
             left = await self._call(
                 lambda: self._forget(keys=keys, args=[f"{self.job_prefix(job)}run:", str(_PRUNE_BATCH)])
