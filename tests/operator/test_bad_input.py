@@ -21,7 +21,7 @@ def test_bad_trigger_values_are_refused_once_and_the_job_still_follows_edits(
 ) -> None:
     """On main, 10**20 blocked the job's handler for ever on PostgreSQL (bigint out of range, retried
     inside apply()) and raised OverflowError on SQLite at every event; "²" passed isdigit() and
-    raised ValueError. Neither was ever handled, so no later trigger could run either.
+    raised ValueError. Neither was ever marked handled, so no later trigger could run either.
     """
     store = f"sqlite://{tmp_path / 'store.db'}" if store_kind == "sqlite" else request.getfixturevalue("postgres_url")
     replicas: Replicas = replicas_factory(store)
@@ -34,11 +34,11 @@ def test_bad_trigger_values_are_refused_once_and_the_job_still_follows_edits(
 
         def refused(bad: str = bad) -> bool:
             job = cluster.get("anarchonjob", "trig")
-            removed = "anarchon.io/trigger" not in job["metadata"].get("annotations", {})
+            handled = job["metadata"].get("annotations", {}).get("anarchon.io/trigger-handled")
             events = [e for e in cluster.events("BadTrigger") if repr(bad) in e["message"]]
-            return removed and bool(events)
+            return handled == bad and bool(events)
 
-        cluster.wait(refused, timeout=60, what=f"trigger {bad!r} refused with a BadTrigger Event and removed")
+        cluster.wait(refused, timeout=60, what=f"trigger {bad!r} refused with a BadTrigger Event and marked handled")
         # The job's handler is free: an edit right after is taken up.
         cluster.apply(job_manifest("trig", every=every, suspend=True))
         cluster.wait(

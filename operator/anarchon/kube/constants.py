@@ -23,7 +23,7 @@ RUNS: Final = "anarchonruns"
 #: The content type of a JSON merge patch (RFC 7386), for the client's patch calls.
 MERGE: Final = "application/merge-patch+json"
 #: The content type of a JSON patch (RFC 6902): its ``test`` operations make a write conditional
-#: on the values it changes (a trigger request removed only if it is still the one handled).
+#: on the values it changes (a trigger request settled only while it has the value handled).
 JSON_PATCH: Final = "application/json-patch+json"
 
 # -- labels ----------------------------------------------------------------------------------------
@@ -52,20 +52,21 @@ ANNOTATION_SCHEDULED_AT: Final = f"{GROUP}/scheduled-at"
 #: On a Pod: the instance (operator replica) whose attempt launched it.
 ANNOTATION_INSTANCE: Final = f"{GROUP}/instance"
 #: On an AnarchonJob: a manual run is asked for, at the slot it names (see :mod:`.triggers`): one
-#: request, as ``kubectl annotate`` sets it.
+#: request, as ``kubectl annotate`` or a manifest sets it.
 ANNOTATION_TRIGGER: Final = f"{GROUP}/trigger"
+#: On an AnarchonJob: the value of ``anarchon.io/trigger`` already handled. Kept on the object,
+#: not only in memory, and the request left in place: a replica that starts later, or a manifest
+#: applied again, must not run an old trigger again once its run has left the store's history.
+ANNOTATION_TRIGGER_HANDLED: Final = f"{GROUP}/trigger-handled"
 #: On an AnarchonJob: the prefix of a queued trigger request's key, ``anarchon.io/trigger.<id>``.
-#: ``anarchon trigger`` adds one with a new id each time, so no request overwrites another.
+#: ``anarchon trigger`` adds one with a new id each time, so no request overwrites another;
+#: the replicas remove each once handled.
 ANNOTATION_TRIGGER_REQUEST: Final = f"{ANNOTATION_TRIGGER}."
 #: Most trigger requests a job holds at once; ``anarchon trigger`` refuses another. The replicas
-#: remove each within moments of seeing it, so a full queue means none is running: a hundred
+#: handle each within moments of seeing it, so a full queue means none is running: a hundred
 #: runs waiting for them is plenty, and each request costs every replica a store claim when
 #: they are back.
 MAX_PENDING_TRIGGERS: Final = 100
-#: On an AnarchonJob: the trigger value an earlier version handled (it marked requests here
-#: instead of removing them). A replica removes it on sight, with the request it names, which
-#: is not run again.
-ANNOTATION_TRIGGER_HANDLED: Final = f"{GROUP}/trigger-handled"
 #: On an AnarchonJob: why it is suspended, as ``anarchon suspend --reason`` says; the CLI shows
 #: it beside the job, ``anarchon resume`` removes it.
 ANNOTATION_SUSPEND_REASON: Final = f"{GROUP}/suspend-reason"

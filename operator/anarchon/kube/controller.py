@@ -2,8 +2,8 @@
 
 Every replica runs this for every AnarchonJob in its scope; all are active. It writes
 no finalizers on a job (:mod:`.jobwatch` hands it each change of a job), so a job's deletion
-never waits on a replica, and no annotation but the removal of the trigger requests it handled
-(conditional writes, see :mod:`.triggers`).
+never waits on a replica, and of its annotations only the trigger requests it handled (marked
+or removed by conditional writes, see :mod:`.triggers`).
 The job's status is written by :mod:`.status`, manual runs are handled by :mod:`.triggers`,
 and what the engine reports goes out through :mod:`.listener`.
 """

@@ -1,7 +1,7 @@
 """The replica's watch on AnarchonJobs: each job's changes handed to the controller, one at a time.
 
 Every replica handles every job (all are active), and writes nothing on the objects but their
-status and the removal of the trigger requests it handled: no finalizers. So the watch needs no
+status and the trigger requests it handled (marked or removed): no finalizers. So the watch needs no
 more than the loop shared by the other watches (:mod:`.watching`) and, per job, one worker that
 hands over the newest state of the job, never two at once for the same job: a job that changes
 again while its last change is being handled is handled once more afterwards, with its newest

@@ -1,28 +1,31 @@
 """Manual runs: trigger requests on an AnarchonJob, each run once, none lost.
 
 A request is an annotation whose value names a slot (an RFC3339 time, ms since the epoch, or
-``now``): ``anarchon.io/trigger`` (one request, as ``kubectl annotate`` sets it), or
-``anarchon.io/trigger.<id>``, one of a queue: ``anarchon trigger`` adds one under a new id each
-time (:func:`request_trigger`), so no request ever overwrites another, whoever is writing and
-whether replicas are up or not. It adds it onto the version of the job it read (409: read
-again), so the queue's bound (:data:`.constants.MAX_PENDING_TRIGGERS`) holds against writers
-racing each other.
+``now``), of one of two kinds:
+
+* ``anarchon.io/trigger``: one request, as ``kubectl annotate`` (or a manifest) sets it. Once
+  handled, its value is written to ``anarchon.io/trigger-handled`` and the request left in place:
+  a manifest that carries it (GitOps) puts it back at every sync, and it must not run again,
+  even once its run has left the store's history. A new value is a new request.
+* ``anarchon.io/trigger.<id>``: one of a queue. ``anarchon trigger`` adds one under a new id each
+  time (:func:`request_trigger`), onto the version of the job it read (409: read again), so no
+  request overwrites another, whoever writes and whether replicas are up or not, and the
+  queue's bound (:data:`.constants.MAX_PENDING_TRIGGERS`) holds against racing writers. Once
+  handled, it is removed.
 
 Every replica handles every request it sees: it claims the slot in the store like a scheduled
-one, so exactly one replica runs it, then removes the request with a JSON patch that first tests
-its value (a kubectl user may have set a new request under the same key meanwhile). Claim first,
-remove after: whatever fails between the two (the replica dies, the removal fails, or succeeds
-with its reply lost), the request is still there or already gone, and its next handling (by any
-replica) finds the slot decided in the store (taken) and only removes it. So the slot's record
-must outlive the request: the store's pruning keeps the slots of pending requests
-(:meth:`Triggers.pending_slots`). Two requests for the same slot are one run.
+one, so exactly one replica runs it, then marks or removes the request with a JSON patch that
+first tests its value (a kubectl user may have set a new request under the same key
+meanwhile). Claim first, settle after: whatever fails between the two (the replica dies, the
+write fails, or succeeds with its reply lost), the request is still pending or already
+settled, and its next handling (by any replica) finds the slot decided in the store (taken)
+and only settles it. So the slot's record must outlive the pending request: the store's
+pruning keeps the slots of pending requests (:meth:`Triggers.pending_slots`). Two requests for
+the same slot are one run.
 
 ``now`` is fixed before anything claims it: the first replica to see it replaces it with its
 clock's time (a tested patch: one replica wins, the others read what it wrote); otherwise each
 replica would claim a slot of its own.
-
-An earlier version marked the value handled in ``anarchon.io/trigger-handled`` and left it in
-place: a request equal to it was handled then, and is removed with it, not run again.
 """
 
 from __future__ import annotations
@@ -83,20 +86,21 @@ def parse_trigger(value: str) -> int | None:
 
 
 def pending_requests(annotations: Mapping[str, Any]) -> Requests:
-    """The job's trigger requests, by annotation key."""
+    """The job's trigger requests not handled yet, by annotation key."""
+    handled = annotations.get(ANNOTATION_TRIGGER_HANDLED)
     return {
         key: str(value)
         for key, value in annotations.items()
-        if key == ANNOTATION_TRIGGER or key.startswith(ANNOTATION_TRIGGER_REQUEST)
+        if (key == ANNOTATION_TRIGGER and value != handled) or key.startswith(ANNOTATION_TRIGGER_REQUEST)
     }
 
 
 def trigger_state(annotations: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """What of a job's annotations its triggers' handling depends on: one value to compare."""
-    state = pending_requests(annotations)
-    if ANNOTATION_TRIGGER_HANDLED in annotations:
-        state[ANNOTATION_TRIGGER_HANDLED] = str(annotations[ANNOTATION_TRIGGER_HANDLED])
-    return tuple(sorted(state.items()))
+    keys = (ANNOTATION_TRIGGER, ANNOTATION_TRIGGER_HANDLED)
+    return tuple(
+        sorted((k, str(v)) for k, v in annotations.items() if k in keys or k.startswith(ANNOTATION_TRIGGER_REQUEST))
+    )
 
 
 class QueueFull(Exception):
@@ -156,15 +160,15 @@ def _order(request: tuple[str, str]) -> tuple[int, str]:
 
 
 class Triggers:
-    """Handles the trigger requests of the jobs this replica serves: each claimed, then removed."""
+    """Handles the trigger requests of the jobs this replica serves: each claimed, then settled."""
 
     def __init__(self, kube: Kube, scheduler: Scheduler, events: EventPoster) -> None:
         self.kube = kube
         self.scheduler = scheduler
         self.events = events
         #: Per job (engine key), the requests (key, value) this replica has claimed or refused
-        #: and not yet seen gone: a retry after a failed removal, or an event that comes
-        #: before our removal shows, removes them without claiming again.
+        #: and not yet seen settled: a retry after a failed write, or an event that comes
+        #: before our write shows, settles them without claiming again.
         self._decided: dict[str, set[tuple[str, str]]] = {}
         #: Per job, the slots of its pending requests: their store records must stay.
         self._slots: dict[str, list[int]] = {}
@@ -179,16 +183,13 @@ class Triggers:
         self._slots.pop(key, None)
 
     async def apply(self, spec: JobSpec, key: str, annotations: Mapping[str, Any]) -> None:
-        """Claim the slot of every request the job holds, then remove the requests."""
+        """Claim the slot of every request the job holds, then settle the requests."""
         requests = pending_requests(annotations)
-        old = annotations.get(ANNOTATION_TRIGGER_HANDLED)
-        if not requests and old is None:
+        if not requests:
             self.forget(key)
             return
         decided = self._decided.setdefault(key, set())
         decided &= set(requests.items())
-        if old is not None and requests.get(ANNOTATION_TRIGGER) == old:
-            decided.add((ANNOTATION_TRIGGER, str(old)))  # handled by an earlier version
         fixed = await self._fix_now(spec, requests)
         if fixed is None:
             return  # the job is gone
@@ -197,8 +198,7 @@ class Triggers:
             if request not in decided:
                 await self._decide(spec, key, *request)
                 decided.add(request)
-        done = set(decided) | (set() if old is None else {(ANNOTATION_TRIGGER_HANDLED, str(old))})
-        await self._remove(spec, done)
+        await self._settle(spec, set(decided))
 
     async def _decide(self, spec: JobSpec, key: str, name: str, value: str) -> None:
         """Claim the request's slot (won or taken, the store has decided it), or refuse its value."""
@@ -220,7 +220,7 @@ class Triggers:
             )
 
     async def _refuse(self, spec: JobSpec, name: str, value: str, why: str) -> None:
-        """A BadTrigger Event; the request is removed with the others, so later ones go on as usual."""
+        """A BadTrigger Event; the request is settled with the others, so later ones go on as usual."""
         shown = value if len(value) <= 60 else value[:57] + "..."
         await self.events.about(spec, reason="BadTrigger", message=f"annotation {name}={shown!r} {why}", warning=True)
 
@@ -243,19 +243,27 @@ class Triggers:
             requests = pending_requests(annotations)
         raise Contended(f"{spec.namespace}/{spec.name}: the time of its trigger 'now' could not be set")
 
-    async def _remove(self, spec: JobSpec, done: set[tuple[str, str]]) -> None:
-        """Remove the annotations ``done`` (key, value), each only while it still has that value."""
+    async def _settle(self, spec: JobSpec, done: set[tuple[str, str]]) -> None:
+        """Mark ``anarchon.io/trigger`` handled and remove the queued requests ``done`` (key, value),
+        each only while it still has that value."""
         for _ in range(WRITE_TRIES):
             if not done:
                 return
-            ops = [op for k, v in sorted(done) for op in (_test(k, v), {"op": "remove", "path": _pointer(k)})]
+            ops = []
+            for k, v in sorted(done):
+                ops.append(_test(k, v))
+                if k == ANNOTATION_TRIGGER:
+                    ops.append({"op": "add", "path": _pointer(ANNOTATION_TRIGGER_HANDLED), "value": v})
+                else:
+                    ops.append({"op": "remove", "path": _pointer(k)})
             if await self._patch(spec, ops):
                 return
             annotations = await self._annotations(spec)
             if annotations is None:
                 return
-            done = {(k, v) for k, v in done if annotations.get(k) == v}
-        raise Contended(f"{spec.namespace}/{spec.name}: its handled trigger requests could not be removed")
+            pending = pending_requests(annotations)
+            done = {(k, v) for k, v in done if pending.get(k) == v}
+        raise Contended(f"{spec.namespace}/{spec.name}: its handled trigger requests could not be settled")
 
     async def _patch(self, spec: JobSpec, ops: list[dict[str, str]]) -> bool:
         """A JSON patch of the job: False if one of its tests failed, or the job is gone."""
