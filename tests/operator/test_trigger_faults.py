@@ -1,8 +1,8 @@
 """Trigger requests with the API server failing under the replicas: each runs once, then goes.
 
-A replica claims a request's slot in the store, then removes the request (a JSON patch that
-tests its value first). Whatever fails between the two must neither lose the request nor run
-it twice: the replicas talk to the API server through tests/faults/apiproxy.py, which fails
+A replica claims a request's slot in the store, then removes the request (onto the version of
+the job it read). Whatever fails between the two must neither lose the request nor run it
+twice: the replicas talk to the API server through tests/faults/apiproxy.py, which fails
 exactly those removals.
 """
 
@@ -27,7 +27,7 @@ def test_a_request_runs_once_whatever_fails_between_its_claim_and_its_removal(
 ) -> None:
     """The first replica claims and runs a request but cannot remove it (503s), and dies; the
     next one finds the slot taken and removes it (and claims a second request), its removal
-    applied with the reply lost: the retry's test fails, a read says the requests are gone."""
+    applied with the reply lost: the retry meets a newer version (409), a read says they are gone."""
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     cluster.apply(job_manifest("faulty", every="1h", suspend=True, overlap="Allow"))
 

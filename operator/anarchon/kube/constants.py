@@ -22,9 +22,6 @@ RUN_KIND: Final = "AnarchonRun"
 RUNS: Final = "anarchonruns"
 #: The content type of a JSON merge patch (RFC 7386), for the client's patch calls.
 MERGE: Final = "application/merge-patch+json"
-#: The content type of a JSON patch (RFC 6902): its ``test`` operations make a write conditional
-#: on the values it changes (a trigger request settled only while it has the value handled).
-JSON_PATCH: Final = "application/json-patch+json"
 
 # -- labels ----------------------------------------------------------------------------------------
 

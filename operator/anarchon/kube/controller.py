@@ -94,7 +94,7 @@ class JobController:
         self.specs[key] = spec
         self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
         await self.status.valid(spec, status, version)
-        await self.triggers.apply(spec, key, annotations)
+        await self.triggers.apply(spec, key, annotations, version)
         self._handled[key] = handled  # only now: a handling that failed is done again in full
 
     async def remove(self, namespace: str, name: str, uid: str) -> None:

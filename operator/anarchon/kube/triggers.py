@@ -14,9 +14,9 @@ A request is an annotation whose value names a slot (an RFC3339 time, ms since t
   handled, it is removed.
 
 Every replica handles every request it sees: it claims the slot in the store like a scheduled
-one, so exactly one replica runs it, then marks or removes the request with a JSON patch that
-first tests its value (a kubectl user may have set a new request under the same key
-meanwhile). Claim first, settle after: whatever fails between the two (the replica dies, the
+one, so exactly one replica runs it, then marks or removes the request, onto the version of the
+job whose value it handled (a kubectl user may have set a new request under the same key
+meanwhile: 409, read again). Claim first, settle after: whatever fails between the two (the replica dies, the
 write fails, or succeeds with its reply lost), the request is still pending or already
 settled, and its next handling (by any replica) finds the slot decided in the store (taken)
 and only settles it. So the slot's record must outlive the pending request: the store's
@@ -24,16 +24,22 @@ pruning keeps the slots of pending requests (:meth:`Triggers.pending_slots`). Tw
 the same slot are one run.
 
 ``now`` is fixed before anything claims it: the first replica to see it replaces it with its
-clock's time (a tested patch: one replica wins, the others read what it wrote); otherwise each
-replica would claim a slot of its own.
+clock's time (onto the version it read: one replica wins, the others read what it wrote);
+otherwise each replica would claim a slot of its own.
+
+Every such write is a JSON merge patch carrying the resourceVersion it was computed from
+(:func:`update_annotations`), not a JSON patch whose ``test`` checks the value: the API server
+compares that value with its own encoding of the object, which escapes ``&``, ``<`` and ``>``,
+so a test of a value holding one of them never passed.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Final
 
 from ..engine import ConfigError, Scheduler
@@ -44,8 +50,8 @@ from .constants import (
     ANNOTATION_TRIGGER_HANDLED,
     ANNOTATION_TRIGGER_REQUEST,
     JOBS,
-    JSON_PATCH,
     MAX_PENDING_TRIGGERS,
+    MERGE,
 )
 from .events import EventPoster
 from .spec import JobSpec, run_name, slot_time
@@ -60,6 +66,9 @@ WRITE_TRIES: Final = 10
 
 #: A job's trigger requests: annotation key -> value.
 Requests = dict[str, str]
+#: What to write to a job's annotations, given them as they are: key -> value (None: remove
+#: it); None or empty when nothing is left to write.
+Change = Callable[[Mapping[str, Any]], dict[str, str | None] | None]
 
 
 def parse_trigger(value: str) -> int | None:
@@ -115,42 +124,70 @@ class Contended(Exception):
     """A conditional write met another writer's change at each of its :data:`WRITE_TRIES` tries."""
 
 
+async def update_annotations(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    change: Change,
+    *,
+    version: str | None = None,
+    annotations: Mapping[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]] | None:
+    """Write ``change(annotations)`` onto the version of the job it was computed from; the
+    job's version and annotations then (as written, or as read when nothing was left to write),
+    None if the job is gone.
+
+    ``version`` and ``annotations``, when given, are what the caller last saw (a watch event),
+    else the job is read. A 409 (someone wrote meanwhile, or our own write whose reply was lost,
+    sent again) reads the job again and computes the change anew. Raises :class:`Contended`
+    when every try met a newer version.
+    """
+    for _ in range(WRITE_TRIES):
+        if version is None or annotations is None:
+            try:
+                meta = (await kube.get_job(namespace, name))["metadata"]
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            version, annotations = str(meta["resourceVersion"]), meta.get("annotations") or {}
+        patch = change(annotations)
+        if not patch:
+            return version, dict(annotations)
+        body = {"metadata": {"resourceVersion": version, "annotations": patch}}
+        send = partial(kube.request, "PATCH", path(JOBS, namespace, name), body, content_type=MERGE)
+        try:
+            written = (await call(f"annotating job {namespace}/{name}", send))["metadata"]
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status != 409:
+                raise
+            version = None
+            continue
+        return str(written["resourceVersion"]), dict(written.get("annotations") or {})
+    raise Contended(f"anarchonjob {namespace}/{name} changed under each of {WRITE_TRIES} tries to write it")
+
+
 async def request_trigger(kube: Kube, namespace: str, name: str, at: str) -> str:
     """Add a request for a run at ``at`` to the job's queue; its annotation key.
 
-    Written onto the version of the job it read, so that the bound holds: a 409 (someone wrote
-    meanwhile, or our own write whose reply was lost, retried) reads the job again, and finds
-    our request there if it was written. Raises :class:`QueueFull`, :class:`Contended`, and the
-    API's 404 if there is no such job.
+    Written onto the version of the job it read, so that the bound holds against racing
+    writers, and a write whose reply was lost is found on the next read rather than made twice.
+    Raises :class:`QueueFull`, :class:`Contended`, and the API's 404 if there is no such job.
     """
     key = ANNOTATION_TRIGGER_REQUEST + secrets.token_hex(4)
-    for _ in range(WRITE_TRIES):
-        meta = (await kube.get_job(namespace, name))["metadata"]
-        annotations = meta.get("annotations") or {}
+
+    def add(annotations: Mapping[str, Any]) -> dict[str, str | None] | None:
         if annotations.get(key) == at:
-            return key
-        pending = len(pending_requests(annotations))
-        if pending >= MAX_PENDING_TRIGGERS:
+            return None  # ours, written by a try whose reply was lost
+        if (pending := len(pending_requests(annotations))) >= MAX_PENDING_TRIGGERS:
             raise QueueFull(pending)
-        try:
-            await kube.patch_job(
-                namespace, name, {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {key: at}}}
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            continue
-        return key
-    raise Contended(f"anarchonjob {namespace}/{name} changed at each of {WRITE_TRIES} tries to add the request")
+        return {key: at}
 
-
-def _pointer(key: str) -> str:
-    """The JSON pointer (RFC 6901) of an annotation."""
-    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-
-
-def _test(key: str, value: str) -> dict[str, str]:
-    return {"op": "test", "path": _pointer(key), "value": value}
+    if await update_annotations(kube, namespace, name, add) is None:
+        raise ApiException(404, "Not Found")  # as a read of the job would
+    return key
 
 
 def _order(request: tuple[str, str]) -> tuple[int, str]:
@@ -182,23 +219,46 @@ class Triggers:
         self._decided.pop(key, None)
         self._slots.pop(key, None)
 
-    async def apply(self, spec: JobSpec, key: str, annotations: Mapping[str, Any]) -> None:
-        """Claim the slot of every request the job holds, then settle the requests."""
+    async def apply(self, spec: JobSpec, key: str, annotations: Mapping[str, Any], version: str | None) -> None:
+        """Claim the slot of every request the job holds, then settle the requests.
+
+        ``annotations`` are the job's at its resourceVersion ``version`` (a watch event's body).
+        """
         requests = pending_requests(annotations)
         if not requests:
             self.forget(key)
             return
         decided = self._decided.setdefault(key, set())
         decided &= set(requests.items())
-        fixed = await self._fix_now(spec, requests)
+        at = slot_time(self.scheduler.clock.now_ms())
+
+        def fix_now(annotations: Mapping[str, Any]) -> dict[str, str | None] | None:
+            return {k: at for k, v in pending_requests(annotations).items() if v.strip() == NOW}
+
+        fixed = await update_annotations(
+            self.kube, spec.namespace, spec.name, fix_now, version=version, annotations=annotations
+        )
         if fixed is None:
             return  # the job is gone
-        self._slots[key] = sorted(s for v in fixed.values() if (s := parse_trigger(v)) is not None)
-        for request in sorted(fixed.items(), key=_order):
+        version, annotations = fixed
+        requests = pending_requests(annotations)
+        self._slots[key] = sorted(s for v in requests.values() if (s := parse_trigger(v)) is not None)
+        for request in sorted(requests.items(), key=_order):
             if request not in decided:
                 await self._decide(spec, key, *request)
                 decided.add(request)
-        await self._settle(spec, set(decided))
+
+        def settle(annotations: Mapping[str, Any]) -> dict[str, str | None] | None:
+            """Mark ``anarchon.io/trigger`` handled, remove the queued requests: those decided,
+            each only while it still has the value decided."""
+            pending = pending_requests(annotations)
+            patch: dict[str, str | None] = {}
+            for k, v in decided:
+                if pending.get(k) == v:
+                    patch.update({ANNOTATION_TRIGGER_HANDLED: v} if k == ANNOTATION_TRIGGER else {k: None})
+            return patch
+
+        await update_annotations(self.kube, spec.namespace, spec.name, settle, version=version, annotations=annotations)
 
     async def _decide(self, spec: JobSpec, key: str, name: str, value: str) -> None:
         """Claim the request's slot (won or taken, the store has decided it), or refuse its value."""
@@ -223,66 +283,3 @@ class Triggers:
         """A BadTrigger Event; the request is settled with the others, so later ones go on as usual."""
         shown = value if len(value) <= 60 else value[:57] + "..."
         await self.events.about(spec, reason="BadTrigger", message=f"annotation {name}={shown!r} {why}", warning=True)
-
-    async def _fix_now(self, spec: JobSpec, requests: Requests) -> Requests | None:
-        """The requests with every ``now`` replaced by a time on the job (by us or another replica);
-        None if the job is gone."""
-        for _ in range(WRITE_TRIES):
-            nows = sorted(k for k, v in requests.items() if v.strip() == NOW)
-            if not nows:
-                return requests
-            at = slot_time(self.scheduler.clock.now_ms())
-            ops = [
-                op for k in nows for op in (_test(k, requests[k]), {"op": "replace", "path": _pointer(k), "value": at})
-            ]
-            if await self._patch(spec, ops):
-                return {**requests, **dict.fromkeys(nows, at)}
-            annotations = await self._annotations(spec)
-            if annotations is None:
-                return None
-            requests = pending_requests(annotations)
-        raise Contended(f"{spec.namespace}/{spec.name}: the time of its trigger 'now' could not be set")
-
-    async def _settle(self, spec: JobSpec, done: set[tuple[str, str]]) -> None:
-        """Mark ``anarchon.io/trigger`` handled and remove the queued requests ``done`` (key, value),
-        each only while it still has that value."""
-        for _ in range(WRITE_TRIES):
-            if not done:
-                return
-            ops = []
-            for k, v in sorted(done):
-                ops.append(_test(k, v))
-                if k == ANNOTATION_TRIGGER:
-                    ops.append({"op": "add", "path": _pointer(ANNOTATION_TRIGGER_HANDLED), "value": v})
-                else:
-                    ops.append({"op": "remove", "path": _pointer(k)})
-            if await self._patch(spec, ops):
-                return
-            annotations = await self._annotations(spec)
-            if annotations is None:
-                return
-            pending = pending_requests(annotations)
-            done = {(k, v) for k, v in done if pending.get(k) == v}
-        raise Contended(f"{spec.namespace}/{spec.name}: its handled trigger requests could not be settled")
-
-    async def _patch(self, spec: JobSpec, ops: list[dict[str, str]]) -> bool:
-        """A JSON patch of the job: False if one of its tests failed, or the job is gone."""
-        try:
-            await call(
-                f"trigger requests of job {spec.namespace}/{spec.name}",
-                lambda: self.kube.request("PATCH", path(JOBS, spec.namespace, spec.name), ops, content_type=JSON_PATCH),
-            )
-        except ApiException as exc:
-            if exc.status in (404, 422):  # 422: a test failed (a value changed, or is gone)
-                return False
-            raise
-        return True
-
-    async def _annotations(self, spec: JobSpec) -> dict[str, Any] | None:
-        try:
-            job = await self.kube.get_job(spec.namespace, spec.name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(job["metadata"].get("annotations") or {})
