@@ -29,7 +29,18 @@ _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 #: A retry's Pod is ``<run>-r<n>`` (:func:`anarchon.kube.spec.pod_name`).
 _RETRY_POD = re.compile(r"-r[0-9]+$")
 #: The fields of an Event the run's story shows.
-_EVENT_FIELDS = ("involvedObject", "reason", "message", "type", "count", "firstTimestamp", "lastTimestamp", "source")
+_EVENT_FIELDS = (
+    "involvedObject",
+    "reason",
+    "message",
+    "type",
+    "count",
+    "firstTimestamp",
+    "lastTimestamp",
+    "eventTime",
+    "source",
+    "reportingController",
+)
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -132,7 +143,7 @@ class Watched(ScopedWatch):
         self._changed(set(self._topics(obj)))
 
 
-@dataclass
+@dataclass(eq=False)
 class Subscription:
     """The topics changed since the subscriber last took them, and a flag raised at each change."""
 
@@ -265,5 +276,5 @@ class Model:
             found += [
                 e for e in self.events.group((namespace, pod)) if (e.get("involvedObject") or {}).get("kind") == "Pod"
             ]
-        found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("firstTimestamp") or ""))
+        found.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""))
         return found

@@ -163,7 +163,15 @@ def _schedule_cell(v: JobView) -> str:
 def _next_cell(v: JobView) -> str:
     if not v.next_times:
         return "none while suspended" if v.record["suspended"] else "-"
-    return "<br>".join(f'<time datetime="{esc(t["time"])}">{esc(t["local"])}</time>' for t in v.next_times)
+    return "<br>".join(
+        f'<time datetime="{esc(t["time"])}" title="{esc(t["time"])}">{esc(_local(t))}</time>' for t in v.next_times
+    )
+
+
+def _local(time: dict[str, Any]) -> str:
+    """A next time of :func:`anarchon.cli.times.upcoming` on the job's clock: ``2027-01-15 08:00 CET``."""
+    day, clock = time["local"][:10], time["local"][11:19]
+    return f"{day} {clock.removesuffix(':00') if time['slot'] % 60_000 == 0 else clock} {time['zone']}"
 
 
 def _last_cell(v: JobView) -> str:
@@ -355,6 +363,17 @@ def _tokens(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _event_time(event: dict[str, Any]) -> str | None:
+    """When an Event was last seen: ``lastTimestamp``, or ``eventTime`` for the newer API's Events (the scheduler's)."""
+    return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
+
+
+def _event_source(event: dict[str, Any]) -> str:
+    """Who posted an Event: the replica (its host), the component, or the newer API's controller."""
+    source = event.get("source") or {}
+    return str(source.get("host") or source.get("component") or event.get("reportingController") or "-")
+
+
 def run_page(
     run: dict[str, Any], namespace: str, events: Sequence[dict[str, Any]], log: Log | None, *, errors: Sequence[str]
 ) -> str:
@@ -411,12 +430,12 @@ def run_page(
     )
     event_rows = [
         [
-            _at(e.get("lastTimestamp") or e.get("firstTimestamp")),
+            _at(_event_time(e)),
             esc(e.get("type")),
             esc(e.get("reason")),
             esc(e.get("count") or 1),
             esc(f"{(e.get('involvedObject') or {}).get('kind')} {(e.get('involvedObject') or {}).get('name')}"),
-            esc((e.get("source") or {}).get("host") or (e.get("source") or {}).get("component") or "-"),
+            esc(_event_source(e)),
             esc(e.get("message")),
         ]
         for e in events

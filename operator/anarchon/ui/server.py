@@ -50,7 +50,7 @@ SECURITY_HEADERS: Final = {
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 STATIC_TYPES: Final = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
@@ -113,7 +113,8 @@ class UI:
             if origin is not None and origin != f"http://{request.host}":
                 return web.Response(status=403, text="refused: the request came from another site")
         response = await handler(request)
-        response.headers.update(SECURITY_HEADERS)
+        if not response.prepared:  # a stream sent its headers already: its own
+            response.headers.update(SECURITY_HEADERS)
         return response
 
     # -- pages -------------------------------------------------------------------------------------

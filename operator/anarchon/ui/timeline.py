@@ -100,9 +100,10 @@ def _tooltip(r: dict[str, Any], begin: int) -> str:
     return "\n".join(lines)
 
 
-def _lanes(spans: list[tuple[float, float]]) -> list[int]:
-    """A lane for each span (by order of start): the first whose last bar ended before it begins."""
-    ends: list[float] = []
+def _lanes(spans: list[tuple[int, int]]) -> list[int]:
+    """A lane for each span of time (by order of start): the first whose last run ended before
+    it began. Runs that follow each other share a lane however close they are drawn."""
+    ends: list[int] = []
     out = []
     for x0, x1 in spans:
         lane = next((i for i, end in enumerate(ends) if end < x0), None)
@@ -132,7 +133,7 @@ def _run(r: dict[str, Any], scale: _Scale, y: float, now_ms: int, href: str) -> 
     for t in r["tries"][1:]:
         if (at := ms_of(t["startTime"])) is not None:
             tx = scale.x(at)
-            parts.append(f'<line class="try" x1="{tx}" y1="{y}" x2="{tx}" y2="{y + LANE_H}"/>')
+            parts.append(f'<line class="try" x1="{tx}" y1="{y}" x2="{tx}" y2="{y + 5}"/>')
     for a in r["attempts"][1:]:
         if (at := ms_of(a["startTime"])) is None:
             continue
@@ -179,9 +180,9 @@ def svg(rows: list[Row], start_ms: int, end_ms: int, now_ms: int) -> str:
         for r in row.records:
             begin, end = _bar_span(r, now_ms)
             if end >= start_ms and min(begin, r["slot"]) <= end_ms:
-                shown.append((min(scale.x(begin), scale.x(r["slot"])), scale.x(end), r))
+                shown.append((min(begin, r["slot"]), end, r))
         shown.sort(key=lambda s: s[0])
-        lanes = _lanes([(x0, x1) for x0, x1, _ in shown])
+        lanes = _lanes([(t0, t1) for t0, t1, _ in shown])
         count = max(lanes, default=0) + 1
         height = count * (LANE_H + LANE_GAP)
         body.append(f'<a href="{escape(row.href)}" class="row-label"><text x="4" y="{y + LANE_H - 2}">')

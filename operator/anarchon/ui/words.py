@@ -14,7 +14,20 @@ from ..engine.durations import format_duration
 from ..engine.schedule import Cron, Every, Schedule, expand_macro
 
 _DAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-_MONTHS = ("January February March April May June July August September October November December").split()
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _NAMES = {name[:3].lower(): i for i, name in enumerate(_DAYS)} | {
     name[:3].lower(): i + 1 for i, name in enumerate(_MONTHS)
 }
