@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import sys
 
 from .common import Failure, add_kube_args, default_namespace, report
@@ -36,11 +37,21 @@ def _port(value: str) -> int:
     return int(value)
 
 
+def loopback(address: str) -> bool:
+    """Whether only this machine can reach ``address``: localhost, 127.0.0.0/8, ::1."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to, not known to be loopback
+
+
 def run(args: argparse.Namespace) -> int:
     from ..kube.client import CredentialsError, connect
-    from ..ui.server import LOOPBACK, serve
+    from ..ui.server import serve
 
-    if args.address not in LOOPBACK:
+    if not loopback(args.address):
         print(
             f"anarchon ui: warning: listening on {args.address}, not loopback: anyone who reaches it "
             "acts with your Kubernetes credentials",

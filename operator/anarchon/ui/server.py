@@ -275,9 +275,6 @@ class UI:
         return web.Response(body=item.read_bytes(), content_type=kind)
 
 
-LOOPBACK: Final = ("127.0.0.1", "localhost", "::1")
-
-
 async def serve(
     kube: Kube,
     namespaces: list[str],

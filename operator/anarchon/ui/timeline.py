@@ -105,13 +105,13 @@ def _lanes(spans: list[tuple[int, int]]) -> list[int]:
     it began. Runs that follow each other share a lane however close they are drawn."""
     ends: list[int] = []
     out = []
-    for x0, x1 in spans:
-        lane = next((i for i, end in enumerate(ends) if end < x0), None)
+    for begin, end in spans:
+        lane = next((i for i, last in enumerate(ends) if last <= begin), None)
         if lane is None:
             lane = min(len(ends), MAX_LANES - 1)
             if lane == len(ends):
-                ends.append(x1)
-        ends[lane] = max(ends[lane], x1)
+                ends.append(end)
+        ends[lane] = max(ends[lane], end)
         out.append(lane)
     return out
 
@@ -129,7 +129,9 @@ def _run(r: dict[str, Any], scale: _Scale, y: float, now_ms: int, href: str) -> 
     parts = [f'<a href="{escape(href)}" class="run">{title}']
     parts.append(f'<line class="lead" x1="{slot_x}" y1="{mid}" x2="{x0}" y2="{mid}"/>')
     parts.append(f'<line class="slot" x1="{slot_x}" y1="{y}" x2="{slot_x}" y2="{y + LANE_H}"/>')
-    parts.append(f'<rect class="bar ph-{phase}" x="{x0}" y="{y + 2}" width="{max(x1 - x0, 2)}" height="{LANE_H - 4}"/>')
+    parts.append(
+        f'<rect class="bar ph-{phase}" x="{x0}" y="{y + 2}" width="{max(round(x1 - x0, 1), 2)}" height="{LANE_H - 4}"/>'
+    )
     for t in r["tries"][1:]:
         if (at := ms_of(t["startTime"])) is not None:
             tx = scale.x(at)
@@ -153,7 +155,7 @@ def _missed(w: dict[str, Any], scale: _Scale, y: float, height: float) -> str:
     x0, x1 = scale.x(first), scale.x(last)
     text = f"missed {w.get('count')} slot(s) {w.get('from')} to {w.get('to')}: {w.get('reason')}"
     return (
-        f'<rect class="missed" x="{x0 - 1}" y="{y}" width="{max(x1 - x0, 0) + 2}" height="{height}">'
+        f'<rect class="missed" x="{x0 - 1}" y="{y}" width="{round(max(x1 - x0, 0) + 2, 1)}" height="{height}">'
         f"<title>{escape(text)}</title></rect>"
     )
 
