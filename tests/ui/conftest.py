@@ -68,10 +68,11 @@ def ui_replicas(control_plane: Any, ui_namespace: str, tmp_path_factory: pytest.
 class UiServer:
     """One ``anarchon ui`` process (``python -m anarchon ui``, as a user starts it) and its URL."""
 
-    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+    def __init__(self, kubeconfig: Path, *scope: str) -> None:
+        """``scope``: ``-n NS`` or ``-A``."""
         env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
         env.pop("KUBECONFIG", None)
-        args = ["ui", "-n", namespace, "--kubeconfig", str(kubeconfig), "--port", "0"]
+        args = ["ui", *scope, "--kubeconfig", str(kubeconfig), "--port", "0"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "anarchon", *args],
             stdout=subprocess.PIPE,

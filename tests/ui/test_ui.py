@@ -128,11 +128,18 @@ def site(control_plane: Any, ui_cluster: Cluster, ui_replicas: Replicas) -> Iter
     t0 = time.monotonic()
     _write_big_runs(control_plane.kubeconfig, cluster.namespace, slots)
     print(f"{BIG_RUNS} runs written in {time.monotonic() - t0:.1f}s")
-    ui = UiServer(control_plane.kubeconfig, cluster.namespace)
+    ui = UiServer(control_plane.kubeconfig, "-n", cluster.namespace)
     try:
         yield Site(cluster, ui, slots)
     finally:
         ui.stop()
+
+
+def leave(browser: WebDriver, server: UiServer) -> None:
+    """Stop a server the browser is on: its page first, or it logs its live stream's reconnections."""
+    browser.get("about:blank")
+    server.stop()
+    browser.get_log("browser")  # read: what comes next starts clean
 
 
 def console_errors(browser: WebDriver) -> list[dict[str, Any]]:
@@ -333,7 +340,7 @@ def test_a_forbidden_action_shows_the_servers_message(site: Site, browser: WebDr
         "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}],
     }
     site.cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
-    bob = UiServer(control_plane.user_kubeconfig("bob"), ns)
+    bob = UiServer(control_plane.user_kubeconfig("bob"), "-n", ns)
     try:
         browser.get(bob.url + f"/jobs/{ns}/tick")
         wait("the job for bob", lambda: browser.find_elements(By.LINK_TEXT, "Trigger now"), timeout=20)
@@ -345,7 +352,25 @@ def test_a_forbidden_action_shows_the_servers_message(site: Site, browser: WebDr
         assert 'User "bob" cannot list resource "events"' in text, text
         assert console_errors(browser) == []
     finally:
-        bob.stop()
+        leave(browser, bob)
+    everywhere = UiServer(control_plane.user_kubeconfig("bob"), "-A")  # bob may list nothing cluster-wide
+    try:
+        browser.get(everywhere.url + "/")
+        text = wait("the refusal", lambda: "every namespace" in (t := text_of(browser, ".errors")) and t)
+        assert 'User "bob" cannot list resource "anarchonjobs" in API group "anarchon.io" at the cluster scope' in text
+    finally:
+        leave(browser, everywhere)
+
+
+def test_every_namespace(site: Site, browser: WebDriver, control_plane: Any) -> None:
+    everywhere = UiServer(control_plane.kubeconfig, "-A")
+    try:
+        browser.get(everywhere.url + "/")
+        assert "every namespace" in text_of(browser, "header")
+        wait("the jobs as NAMESPACE/NAME", lambda: row_of(browser, f"{site.namespace}/tick"))
+        assert console_errors(browser) == []
+    finally:
+        leave(browser, everywhere)
 
 
 def test_the_server_refuses_other_sites(site: Site) -> None:

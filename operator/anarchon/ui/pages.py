@@ -161,17 +161,15 @@ def _schedule_cell(v: JobView) -> str:
 
 
 def _next_cell(v: JobView) -> str:
+    """The next times on the job's clock (``2027-01-15 08:00 CET``), to the second if one needs it."""
     if not v.next_times:
         return "none while suspended" if v.record["suspended"] else "-"
+    width = 16 if all(t["slot"] % 60_000 == 0 for t in v.next_times) else 19
     return "<br>".join(
-        f'<time datetime="{esc(t["time"])}" title="{esc(t["time"])}">{esc(_local(t))}</time>' for t in v.next_times
+        f'<time datetime="{esc(t["time"])}" title="{esc(t["time"])}">'
+        f"{esc(t['local'][:width].replace('T', ' '))} {esc(t['zone'])}</time>"
+        for t in v.next_times
     )
-
-
-def _local(time: dict[str, Any]) -> str:
-    """A next time of :func:`anarchon.cli.times.upcoming` on the job's clock: ``2027-01-15 08:00 CET``."""
-    day, clock = time["local"][:10], time["local"][11:19]
-    return f"{day} {clock.removesuffix(':00') if time['slot'] % 60_000 == 0 else clock} {time['zone']}"
 
 
 def _last_cell(v: JobView) -> str:
