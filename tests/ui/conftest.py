@@ -9,22 +9,19 @@ process per user, one browser session. Screenshots go under the pytest temporary
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.k8s.fixtures import fresh_namespace
 from tests.operator.conftest import REPO, Cluster, Replicas, crds  # noqa: F401 - the CRDs, for the namespace
 
 CHROMIUM = "/usr/bin/chromium"
@@ -34,22 +31,8 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 @pytest.fixture(scope="module")
 def ui_namespace(control_plane: Any, crds: None) -> Iterator[str]:  # noqa: F811 - the fixture, used
     """A namespace for the whole module (the ``namespace`` fixture is per test)."""
-    name = f"ui-{uuid.uuid4().hex[:10]}"
-    control_plane.api(
-        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            control_plane.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            break
-        except urllib.error.HTTPError as e:
-            if e.code != 404 or time.monotonic() > deadline:
-                raise
-        time.sleep(0.05)
-    yield name
-    with contextlib.suppress(urllib.error.URLError, OSError):
-        control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
+    with fresh_namespace(control_plane, "ui") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +83,7 @@ class UiServer:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     """One headless chromium for the module, its console log kept (``browser.get_log("browser")``)."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:

@@ -26,6 +26,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from anarchon.kube.constants import MERGE
 from anarchon.kube.spec import run_name, slot_time
+from tests.k8s.fixtures import wait_for
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 
 from .conftest import UiServer
@@ -146,18 +147,8 @@ def console_errors(browser: WebDriver) -> list[dict[str, Any]]:
     return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def wait(
-    what: str, check: Callable[[], Any], timeout: float = 30, interval: float = 0.05, fail: Callable[[], Any] = str
-) -> Any:
-    """Poll ``check`` until it gives something; past ``timeout``, fail with what ``fail()`` says."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}: {fail()}")
-        time.sleep(interval)
+def wait(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
+    return wait_for(what, check, timeout, interval=0.02)
 
 
 #: Each table row of the page as [its first link's text, its whole text], read in one go: the
@@ -208,8 +199,10 @@ def confirm(browser: WebDriver, button: str, reason: str | None = None) -> str:
     if reason is not None:
         browser.find_element(By.ID, "reason").send_keys(reason)
     browser.find_element(By.ID, "confirm").click()
-    found = wait("the result", lambda: browser.find_elements(By.ID, "result"), fail=lambda: browser.page_source)
-    return str(found[0].text)
+    try:
+        return text_of(browser, "#result") or wait("the result", lambda: text_of(browser, "#result"))
+    except pytest.fail.Exception:
+        raise AssertionError(f"no result: {browser.page_source}") from None
 
 
 def test_jobs_page_shows_each_column_without_console_errors(site: Site, browser: WebDriver, shots: Path) -> None:
@@ -240,10 +233,10 @@ def test_a_run_that_ends_shows_within_2s_without_reload(site: Site, browser: Web
         return {r["metadata"]["name"] for r in items if (r.get("status") or {}).get("phase") == "Succeeded"}
 
     before = ended_now()
-    fresh = wait("a run of tick to end", lambda: ended_now() - before, timeout=60, interval=0.02)
+    fresh = wait("a run of tick to end", lambda: ended_now() - before, timeout=60)
     seen_at = time.monotonic()
     name = sorted(fresh)[-1]
-    wait(f"{name} Succeeded on the page", lambda: "Succeeded" in row_of(browser, name), timeout=10, interval=0.02)
+    wait(f"{name} Succeeded on the page", lambda: "Succeeded" in row_of(browser, name), timeout=10)
     late = time.monotonic() - seen_at
     assert late < 2.0, f"{name} showed {late:.2f}s after it ended"
     assert browser.execute_script("return window.notReloaded") is True
