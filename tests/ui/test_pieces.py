@@ -78,3 +78,15 @@ def test_loopback_addresses_and_bad_ports() -> None:
     assert all(loopback(a) for a in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
     assert not any(loopback(a) for a in ("0.0.0.0", "::", "10.1.2.3", "example.org"))
     one_line_error(run_cli("ui", "--port", "70000"), 2, "--port", "expected a port from 0 to 65535")
+
+
+def test_the_events_kept_are_the_jobs_and_their_runs_pods() -> None:
+    from anarchon.ui.model import _our_event, run_of_pod
+
+    def event(kind: str, name: str) -> dict[str, object]:
+        return {"involvedObject": {"kind": kind, "name": name}}
+
+    assert _our_event(event("AnarchonJob", "nightly"))
+    assert _our_event(event("Pod", "nightly-1800000000")) and _our_event(event("Pod", "nightly-1800000000-r2"))
+    assert not _our_event(event("Pod", "web-5d4f8c7b9-x2k4q")) and not _our_event(event("Node", "n-1"))
+    assert run_of_pod("nightly-1800000000-r2") == run_of_pod("nightly-1800000000") == "nightly-1800000000"

@@ -28,6 +28,8 @@ Key = tuple[str, str]
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 #: A retry's Pod is ``<run>-r<n>`` (:func:`anarchon.kube.spec.pod_name`).
 _RETRY_POD = re.compile(r"-r[0-9]+$")
+#: A run's Pod: ``<job>-<slot in s or ms>``, then ``-r<n>`` for a retry (:func:`anarchon.kube.spec.run_name`).
+_RUN_POD = re.compile(r"-[0-9]{1,13}(-r[0-9]+)?$")
 #: The fields of an Event the run's story shows.
 _EVENT_FIELDS = (
     "involvedObject",
@@ -179,8 +181,12 @@ def _event_topics(event: dict[str, Any]) -> Iterable[str]:
 
 
 def _our_event(event: dict[str, Any]) -> bool:
-    """An Event on an AnarchonJob (the operator's), or on a Pod (the scheduler's, the kubelet's)."""
-    return (event.get("involvedObject") or {}).get("kind") in (JOB_KIND, "Pod")
+    """An Event on an AnarchonJob (the operator's), or on a run's Pod (the scheduler's, the
+    kubelet's): the other Pods' Events of a namespace, or of a cluster with ``-A``, are not kept."""
+    about = event.get("involvedObject") or {}
+    if about.get("kind") == JOB_KIND:
+        return True
+    return about.get("kind") == "Pod" and bool(_RUN_POD.search(str(about.get("name") or "")))
 
 
 class Model:
