@@ -72,7 +72,8 @@ class UiServer:
             pytest.fail(f"anarchon ui did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
         self.url = line.split()[2].rstrip("/")
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Ctrl-C, as a user stops it; what it wrote on stderr."""
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGINT)
             try:
@@ -80,6 +81,7 @@ class UiServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        return self.proc.stderr.read() if self.proc.stderr else ""
 
 
 @pytest.fixture(scope="module")

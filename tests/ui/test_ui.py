@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from anarchon.kube.constants import MERGE
@@ -139,7 +140,8 @@ def site(control_plane: Any, ui_cluster: Cluster, ui_replicas: Replicas) -> Iter
 def leave(browser: WebDriver, server: UiServer) -> None:
     """Stop a server the browser is on: its page first, or it logs its live stream's reconnections."""
     browser.get("about:blank")
-    server.stop()
+    errors = server.stop()
+    assert server.proc.returncode == 0 and "Traceback" not in errors, (server.proc.returncode, errors)
     browser.get_log("browser")  # read: what comes next starts clean
 
 
@@ -196,9 +198,12 @@ def confirm(browser: WebDriver, button: str, reason: str | None = None) -> str:
     """Click ``button`` (a link to the confirmation page), confirm there; the result line."""
     click(browser, By.LINK_TEXT, button)
     wait("the confirmation page", lambda: browser.find_elements(By.ID, "confirm"))
+    # By keyboard: the confirm button has the focus; Enter in the reason's field submits too.
     if reason is not None:
-        browser.find_element(By.ID, "reason").send_keys(reason)
-    browser.find_element(By.ID, "confirm").click()
+        browser.find_element(By.ID, "reason").send_keys(reason + Keys.ENTER)
+    else:
+        assert browser.switch_to.active_element.get_attribute("id") == "confirm"
+        browser.switch_to.active_element.send_keys(Keys.ENTER)
     try:
         return text_of(browser, "#result") or wait("the result", lambda: text_of(browser, "#result"))
     except pytest.fail.Exception:

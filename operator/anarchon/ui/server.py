@@ -254,8 +254,8 @@ class UI:
                     await response.write(b": idle\n\n")
                     continue
                 await response.write(f"event: change\ndata: {' '.join(sorted(topics))}\n\n".encode())
-        except (ConnectionError, asyncio.CancelledError):
-            pass
+        except ConnectionError:
+            pass  # the page went away
         finally:
             self.model.unsubscribe(sub)
         return response
