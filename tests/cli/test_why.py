@@ -24,6 +24,7 @@ def test_why_tells_ran_missed_suspended_and_not_yet_due(cluster: Cluster, replic
     slots that ran (won by whom, how late) beside the missed ones (and why) and those not yet due."""
     cluster.apply(job_manifest("tick", every="2s", catchUp={"policy": "Latest", "window": "1h"}))
     cluster.apply(job_manifest("paused", every="2s", suspend=True))
+    cluster.apply(job_manifest("daily", cron="@daily"))  # CronJob's shorthand, run by the replicas too
     replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     replicas.start("first")
     cluster.wait(
@@ -63,4 +64,14 @@ def test_why_tells_ran_missed_suspended_and_not_yet_due(cluster: Cluster, replic
     (asleep,) = ok_json(cli("why", "paused", "--last", "1", "-o", "json"))
     assert asleep["verdict"] == "suspended", asleep
     one_line_error(cli("why", "tick", "--slot", slot_time(upcoming + 1)), 1, "is not a slot of the job")
+    midnight = (time.time_ns() // 1_000_000 // 86_400_000 + 1) * 86_400_000
+    daily = cluster.wait(
+        lambda: (s := cluster.get("anarchonjob", "daily").get("status") or {}).get("nextScheduleTime") and s,
+        timeout=30,
+        what="the @daily job scheduled by a replica",
+    )
+    assert daily["nextScheduleTime"] in (slot_time(midnight), slot_time(midnight + 86_400_000)), daily
+    assert [c["status"] for c in daily["conditions"] if c["type"] == "Ready"] == ["True"], daily
+    (last_midnight,) = ok_json(cli("why", "daily", "--last", "1", "-o", "json"))
+    assert last_midnight["verdict"] == "before the job", last_midnight
     one_line_error(cli("why", "nosuch"), 1, "no AnarchonJob 'nosuch'")
