@@ -250,9 +250,7 @@ def test_a_run_that_ends_shows_within_2s_without_reload(site: Site, browser: Web
     assert console_errors(browser) == []
 
 
-def test_trigger_shows_the_run_and_its_story_and_cancel_asks_the_replicas(
-    site: Site, browser: WebDriver, shots: Path
-) -> None:
+def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, browser: WebDriver, shots: Path) -> None:
     browser.get(site.ui.url + f"/jobs/{site.namespace}/manual")
     line = confirm(browser, "Trigger now")
     assert f"anarchonjob {site.namespace}/manual: run of " in line and "requested" in line, line
@@ -272,9 +270,13 @@ def test_trigger_shows_the_run_and_its_story_and_cancel_asks_the_replicas(
     wait("the replica's Event", lambda: "Launched" in text_of(browser), timeout=10)
     shot(browser, shots, "run-story")
     line = confirm(browser, "Cancel run", reason="wrong input")
-    assert line == f"anarchonrun {site.namespace}/{run}: cancel requested: wrong input", line
+    assert line.startswith(f"anarchonrun {site.namespace}/{run}: cancel requested by "), line
+    assert line.endswith(": wrong input"), line
     annotations = site.cluster.get("anarchonrun", run)["metadata"]["annotations"]
     assert annotations.get("anarchon.io/cancel") == "wrong input", annotations
+    click(browser, By.ID, "back")
+    wait("the run Cancelled on its page", lambda: "Cancelled" in text_of(browser, "dl.facts"), timeout=30)
+    assert not browser.find_elements(By.LINK_TEXT, "Cancel run")  # an ended run has no such button
     assert console_errors(browser) == []
 
 

@@ -259,7 +259,7 @@ LEGEND = (
     '<ul class="legend" aria-label="legend">'
     + "".join(
         f'<li><span class="swatch ph-{p}"></span>{p}</li>'
-        for p in ("Claimed", "Running", "Succeeded", "Failed", "Interrupted", "Skipped")
+        for p in ("Claimed", "Running", "Succeeded", "Failed", "Interrupted", "Skipped", "Cancelled")
     )
     + '<li><span class="swatch missed"></span>missed slots</li>'
     "<li>thin line: from the slot to the Pod's start</li><li>tick: a later try</li>"
