@@ -33,9 +33,22 @@ def _seconds(value: str) -> float:
     return ms / 1000
 
 
-def run(args: argparse.Namespace) -> int:
+async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
+    """Ask the replicas for a run of ``job`` at ``at``; the annotation key written. A missing job
+    is the verb's one-line failure. ``anarchon ui`` asks through this too."""
     from ..kube.client import ApiException
     from ..kube.constants import ANNOTATION_TRIGGER
+
+    try:
+        await kube.annotate_job(namespace, job, {ANNOTATION_TRIGGER: at})
+    except ApiException as exc:
+        if exc.status == 404:
+            raise await not_found(kube, namespace, job) from None
+        raise
+    return ANNOTATION_TRIGGER
+
+
+def run(args: argparse.Namespace) -> int:
     from ..kube.spec import run_name
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -45,12 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return report("trigger", failure)
 
     async def annotate(kube: Kube, namespace: str) -> int:
-        try:
-            await kube.annotate_job(namespace, args.job, {ANNOTATION_TRIGGER: at})
-        except ApiException as exc:
-            if exc.status == 404:
-                raise await not_found(kube, namespace, args.job) from None
-            raise
+        await ask(kube, namespace, args.job, at)
         print(f"anarchonjob {namespace}/{args.job}: run of {at} requested", flush=True)
         if not args.wait:
             return 0
