@@ -14,6 +14,7 @@ shown on every page, rather than an empty table that says nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,14 @@ class Watched(ScopedWatch):
         #: Per scope ("" for every namespace), why it cannot be listed: the API server's words.
         self.errors: dict[str, str] = {}
         self._topics, self._changed, self._keep, self._group = topics, changed, keep, group
+        #: Set once every scope's first list answered (with its objects or a refusal).
+        self.answered = asyncio.Event()
+        self._unanswered = set(namespaces) or {""}
+
+    def _answer(self, scope: str) -> None:
+        self._unanswered.discard(scope)
+        if not self._unanswered:
+            self.answered.set()
 
     def group(self, key: Key) -> list[dict[str, Any]]:
         return [self.objects[k] for k in self.groups.get(key, ())]
@@ -118,10 +127,12 @@ class Watched(ScopedWatch):
             found = await super()._list(scope)
         except ApiException as exc:
             self.errors[scope] = str(await api_failure(self.kube, exc))
+            self._answer(scope)
             self._changed({"*"})
             raise
         except Exception as exc:
             self.errors[scope] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self._answer(scope)
             self._changed({"*"})
             raise
         self.errors.pop(scope, None)
@@ -133,6 +144,7 @@ class Watched(ScopedWatch):
         for obj in items:
             if self._keep(obj):
                 self._put(obj)
+        self._answer(scope)
         self._changed({"*"})
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -227,6 +239,12 @@ class Model:
     async def stop(self) -> None:
         for watch in self._watches:
             await watch.stop()
+
+    async def answered(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the first lists of jobs and runs: a page served before
+        them would call a job that exists "not found"."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(self.jobs.answered.wait(), self.runs.answered.wait()), timeout_s)
 
     # -- changes ---------------------------------------------------------------------------------
 

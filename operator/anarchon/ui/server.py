@@ -289,6 +289,7 @@ async def serve(
     model = Model(kube, namespaces)
     ui = UI(kube, model, scope=scope, all_namespaces=not namespaces, action_timeout_s=action_timeout_s)
     model.start()
+    await model.answered(action_timeout_s or 10.0)
     runner = web.AppRunner(ui.app(), shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     try:
