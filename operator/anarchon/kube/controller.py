@@ -1,8 +1,9 @@
 """The per-replica controller of AnarchonJobs: spec in, job loop out, status and Events back.
 
-Every replica runs this for every AnarchonJob in its scope; all are active. It never
-writes annotations or finalizers on a job (:mod:`.jobwatch` hands it each change of a job),
-so replicas never fight over them, and a job's deletion never waits on a replica.
+Every replica runs this for every AnarchonJob in its scope; all are active. It writes no
+finalizer on a job, and no annotation but the trigger it handled (:mod:`.triggers`, a value
+every replica writes alike; :mod:`.jobwatch` hands it each change of a job), so replicas
+never fight over a job, and a job's deletion never waits on a replica.
 The job's status is written by :mod:`.status`, manual runs are handled by :mod:`.triggers`,
 and what the engine reports goes out through :mod:`.listener`.
 """

@@ -1,8 +1,9 @@
 """Wiring: one process = one instance = three watches (jobs, runs, Pods) + the engine's Scheduler.
 
 Every replica is active (the store picks one winner per slot) and writes nothing to a job
-but its status: no annotations, no finalizers, so replicas never fight over an object and a
-job's deletion never waits on a replica. Liveness and readiness are served by :mod:`.health`
+but its status and the trigger it handled (:mod:`.triggers`, a value every replica writes
+alike): no finalizers, so replicas never fight over an object and a job's deletion never
+waits on a replica. Liveness and readiness are served by :mod:`.health`
 from the first moment, before the store answers. SIGTERM and SIGINT hand running attempts
 over (their Pods left running for a backup to adopt) before anything else stops.
 """
