@@ -11,13 +11,19 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from controlplane import ControlPlane
 
-from anarchon.engine import Backend
+from anarchon.engine import Backend, Scheduler
 from anarchon.engine.backends import from_url
-from anarchon.kube.sharing import STRIKES, WINDOW_PERIODS, StoreSharing
+from anarchon.kube.constants import GROUP, JOB_KIND, JOBS, VERSION
+from anarchon.kube.events import EventPoster
+from anarchon.kube.sharing import STORE_NOT_SHARED, STRIKES, WINDOW_PERIODS, StoreSharing
+from anarchon.kube.spec import parse_job
+from anarchon.kube.status import JobStatus
 
 EVERY_S = 10.0
 
@@ -125,3 +131,41 @@ async def test_a_store_that_lost_every_record_makes_no_stranger(redis_url: str) 
     finally:
         await raw.aclose()
         await store.close()
+
+
+async def test_replicas_that_disagree_do_not_fight_over_ready(
+    crds: ControlPlane, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    """One replica sees the store not shared, another does not (yet): each would put its own Ready
+    back at every change of the job. The one that does not see it leaves the other's word while it
+    is fresh; the one that said it takes it back itself once it no longer sees it."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": JOB_KIND,
+        "metadata": {"name": "split"},
+        "spec": {"every": "1h", "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    }
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, body)
+    said: list[str | None] = ["the replicas do not share one store: r2 start runs..."]
+    scheduler = Scheduler(from_url(f"sqlite://{tmp_path / 's.db'}"))
+    sees = JobStatus(kube, scheduler, EventPoster(kube), not_shared=lambda: said[0], not_shared_kept_s=3600)
+    sees_not = JobStatus(kube, scheduler, EventPoster(kube), not_shared=lambda: None, not_shared_kept_s=3600)
+
+    async def handle(status: JobStatus) -> tuple[str, str]:
+        """The job's change as a replica's watch hands it over; the job's Ready reason and version after."""
+        job = await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "split")
+        await status.valid(parse_job(job), job.get("status") or {}, job["metadata"]["resourceVersion"])
+        job = await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "split")
+        ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")
+        return ready["reason"], job["metadata"]["resourceVersion"]
+
+    reason, version = await handle(sees)
+    assert reason == STORE_NOT_SHARED
+    assert await handle(sees_not) == (STORE_NOT_SHARED, version), "another's fresh word stands: no write"
+    assert await handle(sees) == (STORE_NOT_SHARED, version), "said already: no write"
+    sees_not.not_shared_kept_s = 0.0  # now it is old: the one that does not see it says Scheduled
+    reason, version = await handle(sees_not)
+    assert reason == "Scheduled"
+    assert (await handle(sees))[0] == STORE_NOT_SHARED, "the one that sees it says it again, once"
+    said[0] = None  # and once it sees the store shared, it takes its own word back at once
+    assert (await handle(sees))[0] == "Scheduled"

@@ -117,26 +117,22 @@ def _notice_then_bounded_writes(
     assert _not_shared(cluster, "split"), "it stays said while the replicas stay apart"
 
 
-def test_three_replicas_on_three_sqlite_files(
+@pytest.mark.parametrize("stores", ["three SQLite files", "two Redis databases"])
+def test_replicas_on_stores_of_their_own(
+    stores: str,
     cluster: Cluster,
     proxy: ApiFaultProxy,
     replicas_factory: Callable[[str], Replicas],
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    started = [_start(replicas_factory, proxy, f"sqlite://{tmp_path / f's{i}.db'}", f"r{i}") for i in range(3)]
-    _notice_then_bounded_writes(cluster, proxy, started, capsys)
-
-
-def test_two_replicas_on_two_redis_databases(
-    cluster: Cluster,
-    proxy: ApiFaultProxy,
-    replicas_factory: Callable[[str], Replicas],
-    redis_url: str,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    server = redis_url.rsplit("/", 1)[0]
-    started = [_start(replicas_factory, proxy, f"{server}/{i}", f"r{i}") for i in range(2)]
+    if stores == "three SQLite files":
+        urls = [f"sqlite://{tmp_path / f's{i}.db'}" for i in range(3)]
+    else:
+        server = str(request.getfixturevalue("redis_url")).rsplit("/", 1)[0]
+        urls = [f"{server}/0", f"{server}/1"]
+    started = [_start(replicas_factory, proxy, url, f"r{i}") for i, url in enumerate(urls)]
     _notice_then_bounded_writes(cluster, proxy, started, capsys)
 
 
