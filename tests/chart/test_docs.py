@@ -53,7 +53,7 @@ EXCLUDED: dict[tuple[str, ...], str] = {
     ("kubectl", "create"): "changes the cluster (a namespace, a Secret) before an install",
     **{
         ("anarchon", verb): LIVE
-        for verb in ("trigger", "list", "describe", "runs", "suspend", "resume", "backfill", "get", "follow")
+        for verb in ("trigger", "list", "describe", "runs", "why", "suspend", "resume", "backfill", "get", "follow")
     },
 }
 #: Commands run here, by their first words (anything else is never run: see the module).

@@ -258,3 +258,99 @@ async def test_catch_up_after_every_instance_was_down_counts_from_before_a_redis
             await two.backend.close()
     finally:
         server.stop()
+
+
+async def test_a_run_claimed_by_an_instance_killed_before_it_left_a_record_runs_after_redis_lost_it(
+    job_name: str,
+) -> None:
+    """Two faults at once: the winner of a slot dies before its run left any record but the
+    store's claim, and Redis restarts empty. Nobody's lease covers the run, no record anywhere
+    says it was due: before, the slot was lost (seen in the harsh chaos soak). Now the instance
+    that saw the slot taken claims it again once the store has been back for a lease (the time
+    a living runner has to claim its run back), and runs it; a resumable handler picks the run
+    up from whatever its work left.
+    """
+    server = start_redis_or_fail()
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    backup_saw = Recorder()
+    never = asyncio.Event()
+
+    async def stuck(ctx: RunContext) -> None:
+        await never.wait()  # dies (is cancelled) before doing anything
+
+    options: dict[str, Any] = {"overlap": "Allow", "heartbeat": "1s", "lease": "30s", "resumable": True}
+    killed = Scheduler(_backend(server), instance_id="killed", clock=clock)
+    killed.every(job_name, "10s", calls.handler(stuck), jitter=0, **options)
+    backup = Scheduler(_backend(server), instance_id="backup", clock=clock, listener=backup_saw)
+    backup.every(job_name, "10s", calls.handler(), jitter="3s", **options)
+    await killed.start()
+    await backup.start()
+    try:
+
+        def taken_from_backup() -> list[int]:
+            won = {c.slot for c in calls.calls if c.instance == "killed"}
+            return [int(e[2]) for e in backup_saw.of("claimed") if e[3] == "taken" and int(e[2]) in won]
+
+        await wait_for(lambda: bool(taken_from_backup()), what="a slot the killed instance won over the backup")
+        slot = taken_from_backup()[0]
+        await killed.stop(handover=False)  # a SIGKILL: no hand-over, the claim stays with its lease
+        await asyncio.to_thread(server.restart)  # same port, every key gone
+        # A lease (3 s here) after the backup meets the loss, at its next claim.
+        await wait_for(
+            lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
+            timeout_s=15,
+            what=f"the backup to run slot {slot}, which the store forgot with its winner",
+        )
+        run = await backup.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
+        assert run is not None and run.instance == "backup", run
+    finally:
+        never.set()
+        for sched in (killed, backup):
+            await sched.stop(handover=False)
+            await sched.backend.close()
+        server.stop()
+
+
+async def test_a_runner_whose_lease_lapsed_in_an_outage_claims_its_run_back_from_a_store_that_lost_it(
+    job_name: str,
+) -> None:
+    """Redis is down longer than a lease, then comes back empty, while a run runs.
+
+    The runner could not heartbeat: it stopped as fenced ("lease lost"), as it must, since a
+    backup could have taken the run over. But the store came back without the run: no lease
+    to expire, nobody to take it over. Before, the run stayed unowned until something else
+    remembered it (the operator's mending, a lease and a status refresh later at best; never,
+    for the engine alone). Now the instance asks the store until it answers and, finding the
+    run gone, claims it again at once.
+    """
+    server = start_redis_or_fail()
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    go_on = asyncio.Event()
+
+    async def long(ctx: RunContext) -> None:
+        await go_on.wait()
+
+    sched = Scheduler(_backend(server), instance_id="solo", clock=clock)
+    sched.every(job_name, "1h", calls.handler(long), jitter=0, heartbeat="1s", lease="3s", resumable=True)
+    await sched.start()
+    try:
+        slot = 1_800_000_000_000
+        await sched.trigger(job_name, slot)
+        await wait_for(lambda: len(calls.calls) == 1, what="the run to start")
+        await asyncio.to_thread(server.kill)
+        await wait_for(lambda: calls.calls[0].stop_reason is not None, what="the runner to stop, fenced")
+        assert calls.calls[0].stop_reason == "lease lost"
+        await asyncio.to_thread(server.restart)  # same port, every key gone
+        await wait_for(lambda: len(calls.calls) == 2, timeout_s=10, what="the run claimed back and picked up")
+        assert calls.calls[1].slot == slot and calls.calls[1].instance == "solo"
+        go_on.set()
+        await wait_for(lambda: not sched.jobs[job_name].running_slots, what="the run to end")
+        run = await sched.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
+        assert run is not None and run.state is RunState.SUCCEEDED, run
+    finally:
+        go_on.set()
+        await sched.stop(handover=False)
+        await sched.backend.close()
+        server.stop()

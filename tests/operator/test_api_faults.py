@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from anarchon.engine import RunInterrupted
+from anarchon.engine import RunInterrupted, RunSkipped
 from anarchon.engine.attempt import SHUTDOWN
 from anarchon.kube import client as kube_client
 from anarchon.kube import runs
@@ -394,3 +394,61 @@ async def test_a_stale_runner_does_not_take_the_pods_label_from_the_attempt_that
         with pytest.raises(RunInterrupted, match="fenced"):
             await asyncio.wait_for(stale(attempt(2, True)), 30)
     assert _follower(cluster, lasting) == "runner-1"
+
+
+@pytest.fixture
+def skipping(cluster: Cluster) -> Iterator[JobSpec]:
+    """An overlap Skip job whose Pods run 20 s: an earlier run's Pod is live when a slot is due."""
+    cluster.apply(
+        job_manifest(
+            "skip-faults", every="1h", suspend=True, overlap="Skip", annotations={"anarchon.test/run-seconds": "20"}
+        )
+    )
+    yield parse_job(cluster.get("anarchonjob", "skip-faults"))
+
+
+OVERLAP_FAULTS = {
+    "500 on the LIST of the job's runs": Fault("status", code=500, verb="list", resource="anarchonruns", times=2),
+    "reset on the LIST of a run's Pods": Fault("reset", verb="list", resource="pods", times=1),
+    "Skipped written, reply lost": Fault("lost_reply", verb="update", times=1, **RUN_STATUS),
+}
+
+
+@pytest.mark.parametrize("what", list(OVERLAP_FAULTS))
+async def test_skip_asks_kubernetes_for_live_pods_through_api_faults(
+    cluster: Cluster, skipping: JobSpec, proxy: ApiFaultProxy, through_proxy: Kube, what: str
+) -> None:
+    """The store knows no active run (it lost its state), but an earlier run's Pod is live: the
+    new run asks Kubernetes (its job's open runs, their Pods) before its first launch. A fault on
+    any of those reads or on the Skipped write is retried: the slot ends Skipped, no Pod of its own.
+    """
+    spec = skipping
+    earlier = attempt(1, True)
+    earlier.slot = SLOT - 3_600_000
+    with pytest.raises(RunInterrupted, match="fenced"):  # launched, then fenced: its Pod runs on
+        await asyncio.wait_for(PodRunner(through_proxy, EventPoster(through_proxy), lambda: spec)(earlier), 30)
+    fault = proxy.add(dataclasses.replace(OVERLAP_FAULTS[what]))
+    with pytest.raises(RunSkipped, match="still active"):
+        await _attempt(through_proxy, spec)
+    assert fault.fired == fault.times, f"the fault ({what}) must have hit"
+    assert _pods(cluster, spec) == [], "never launched beside the live Pod"
+    assert _run(cluster, spec)["status"]["phase"] == "Skipped"
+
+
+async def test_skip_launches_nothing_while_kubernetes_cannot_say_what_runs(
+    cluster: Cluster,
+    skipping: JobSpec,
+    proxy: ApiFaultProxy,
+    through_proxy: Kube,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reads that decide Skip fail past their retries: the attempt breaks off and launches nothing
+    (the next attempt asks again); it never takes "no answer" for "nothing runs"."""
+    monkeypatch.setattr(kube_client, "RETRY_FOR_MS", 1_500)
+    spec = skipping
+    fault = proxy.add(Fault("status", code=503, verb="list", resource="anarchonruns"))
+    with pytest.raises(RunInterrupted, match="503"):
+        await _attempt(through_proxy, spec)
+    assert fault.fired >= 2, "retried before giving up"
+    assert _pods(cluster, spec) == []
+    assert not (_run(cluster, spec).get("status") or {}).get("phase"), "nothing may be recorded from a failed read"

@@ -172,6 +172,14 @@ class LeaseBackend(Backend):
         left, the run is made final (Interrupted) and the result is ``taken``.
         """
 
+    def lost_since(self, job: str) -> int | None:
+        """When the store began again empty for ``job``, as this client last learnt it; None if never.
+
+        A store that can lose its state says so once, through one caller's claim
+        (:class:`~.errors.StoreLostState`); this tells the other users of the same client.
+        """
+        return None
+
     @abstractmethod
     async def get_run(self, job: str, slot: int) -> Run | None:
         """The run as stored, with its current token and attempts."""

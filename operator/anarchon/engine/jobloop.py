@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .attempt import SHUTDOWN, AttemptRunner
+from .attempt import LEASE_LOST, SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .batch import ClaimBatcher
 from .clock import Clock, timer
@@ -38,6 +38,10 @@ log = logging.getLogger("anarchon.engine.jobloop")
 T = TypeVar("T")
 #: Slots computed between two yields to the event loop while listing missed slots.
 _SLOTS_PER_YIELD = 256
+#: How many leases a loop remembers the slots another instance's run held, and keeps asking
+#: a store that stopped answering about a run whose lease it lost: a store that lost its
+#: state forgets such runs, and only these memories can claim them again.
+_RECOVERY_LEASES = 10
 
 
 async def _slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> list[int]:
@@ -146,6 +150,11 @@ class JobLoop:
         self._held_until_ms = 0
         #: Slots the handler's record says are open and the store had no record of, and since when.
         self._forgotten: dict[int, int] = {}
+        #: Slots whose claim another instance's active run held, and when we saw it (oldest first).
+        self._taken: dict[int, int] = {}
+        #: The store's last loss of state this loop acted on (:meth:`LeaseBackend.lost_since`).
+        self._loss_seen_ms: int | None = None
+        self._recovery: asyncio.Task[None] | None = None
 
     @property
     def job(self) -> Job:
@@ -185,6 +194,8 @@ class JobLoop:
         self._stopping = True
         for task in self._main:
             task.cancel()
+        if self._recovery is not None:
+            self._recovery.cancel()  # it may wait a lease: never hold up a shutdown
         for runner in list(self._running.values()):
             runner.ctx.request_stop(SHUTDOWN)
         if not handover:
@@ -234,16 +245,30 @@ class JobLoop:
         if self._stopping or slot in self._running or now - since < lease:
             return False
         del self._forgotten[slot]
-        request = ClaimRequest(self._job.name, slot, self.instance, new_token(), now, lease, Overlap.ALLOW)
+        return await self._claim_forgotten(slot, "the store had forgotten this open run")
+
+    async def _claim_forgotten(self, slot: int, why: str) -> bool:
+        """Claim a run the store has no record of, and run it if won: True if won.
+
+        Overlap does not apply: the run is not new, it was open when the store forgot it.
+        """
+        job = self._job
+        request = ClaimRequest(
+            job.name, slot, self.instance, new_token(), self.clock.now_ms(), self._opts.lease_ms, Overlap.ALLOW
+        )
         try:
-            result = await self._claims.claim(request)
+            try:
+                result = await self._claims.claim(request)
+            except StoreLostState as lost:  # told so by this very claim, which was not applied
+                self._noticed_loss(lost.since_ms)
+                result = await self._claims.claim(dataclasses.replace(request, now_ms=self.clock.now_ms()))
         except StoreError as exc:
-            self.listener.store_error("claim", self._job.name, str(exc))
+            self.listener.store_error("claim", job.name, str(exc))
             return False
         if not result.won or result.run is None:
             return False
-        log.warning("%s@%s: the store had forgotten this open run; claimed it again", self._job.name, slot)
-        self._spawn(self._run_attempt(result.run, result), f"anarchon-resume:{self._job.name}@{slot}")
+        log.warning("%s@%s: %s; claimed it again", job.name, slot, why)
+        self._spawn(self._run_attempt(result.run, result), f"anarchon-resume:{job.name}@{slot}")
         return True
 
     # -- the slot loop -------------------------------------------------------------------------
@@ -262,7 +287,7 @@ class JobLoop:
                 woke_at = self.clock.now_ms()
                 if suspended and not self._opts.suspend:
                     # Resumed: slots due while suspended count as missed, per catch-up policy.
-                    cursor = max(cursor, await self._start_cursor())
+                    cursor = max(cursor, await self._start_cursor("missed while suspended"))
                 else:
                     await self._note_schedule()
                     # The new definition counts from now: slots it would have had before the
@@ -309,7 +334,7 @@ class JobLoop:
         except StoreError as exc:
             self.listener.store_error("schedule", self._job.name, str(exc))
 
-    async def _start_cursor(self) -> int:
+    async def _start_cursor(self, why: str = "missed while no instance ran") -> int:
         """Where the slot loop starts (or resumes): now, after catching up on missed slots per policy.
 
         A suspended job catches nothing up: its missed slots wait for the resume.
@@ -325,7 +350,7 @@ class JobLoop:
         if last is None:
             return now  # no history of this job: nothing was missed
         base = max(last, since - 1, now - opts.catch_up_window_ms)
-        self._catch_up(await _slots_between(job.schedule, base, now), "missed while no instance ran")
+        self._catch_up(await _slots_between(job.schedule, base, now), why)
         return now
 
     def _catch_up(self, missed: list[int], why: str) -> None:
@@ -424,12 +449,8 @@ class JobLoop:
             try:
                 return await self._claims.claim(request)
             except StoreLostState as lost:
-                # The store restarted empty. Attempts still running claim their runs back at
-                # their next heartbeat: every claim of this job waits for that (a lease), or an
-                # overlap policy would not see them and Skip would launch beside a live run.
-                self._held_until_ms = max(self._held_until_ms, lost.since_ms + opts.lease_ms)
                 self.listener.store_error("claim", job.name, f"{lost}; claims wait a lease for running attempts")
-                await self._restore_schedule_since()
+                self._noticed_loss(lost.since_ms)
                 await self.clock.sleep_until(self._held_until_ms)
                 return await self._claims.claim(dataclasses.replace(request, now_ms=self.clock.now_ms()))
 
@@ -443,7 +464,88 @@ class JobLoop:
         if retried and result.outcome is ClaimOutcome.TAKEN and isinstance(self.backend, LeaseBackend):
             result = await self._own_lost_reply(self.backend, slot, token, result)
         self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
+        if isinstance(self.backend, LeaseBackend):
+            if result.outcome is ClaimOutcome.TAKEN and result.run is not None and result.run.state.active:
+                self._note_taken(slot)
+            if (since := self.backend.lost_since(job.name)) is not None:
+                self._noticed_loss(since)  # maybe learnt by another caller (a runner's reclaim)
         return result
+
+    # -- a store that lost its state -------------------------------------------------------------
+
+    def _note_taken(self, slot: int) -> None:
+        now = self.clock.now_ms()
+        self._taken[slot] = now
+        horizon = now - _RECOVERY_LEASES * self._opts.lease_ms
+        while (oldest := next(iter(self._taken.items()), None)) is not None and oldest[1] < horizon:
+            del self._taken[oldest[0]]
+
+    def _noticed_loss(self, since_ms: int) -> None:
+        """The store began again empty at ``since_ms``: act on it once.
+
+        Attempts still running claim their runs back at their next heartbeat: every claim of
+        this job waits for that (a lease), or an overlap policy would not see them and Skip
+        would launch beside a live run. Then :meth:`_recover`.
+        """
+        if self._loss_seen_ms is not None and since_ms <= self._loss_seen_ms:
+            return
+        self._loss_seen_ms = since_ms
+        self._held_until_ms = max(self._held_until_ms, since_ms + self._opts.lease_ms)
+        if not self._stopping:
+            self._recovery = asyncio.ensure_future(self._recover(since_ms))
+            self._recovery.set_name(f"anarchon-recover:{self._job.name}")
+            self._tasks.add(self._recovery)
+            self._recovery.add_done_callback(self._task_done)
+
+    async def _recover(self, since_ms: int) -> None:
+        """After a loss of the store's state: what only this loop remembers goes back in.
+
+        First since when the schedule is in force (:meth:`_restore_schedule_since`). Then,
+        for a resumable job, the slots another instance's run held before the loss: their
+        runners that live claimed them back within a lease, so a slot still unknown to the
+        store after that lost its runner too, maybe before the run left any other record
+        (killed between its claim and its run object). It is claimed again; the handler picks
+        it up from whatever record its work left, or starts it.
+        """
+        await self._restore_schedule_since()
+        if not self._opts.resumable or not isinstance(self.backend, LeaseBackend):
+            return
+        backend = self.backend
+        slots = [slot for slot, seen in self._taken.items() if seen <= since_ms + self._opts.lease_ms]
+        await self.clock.sleep_until(since_ms + self._opts.lease_ms + self._opts.heartbeat_ms)
+        for slot in slots:
+            if self._stopping:
+                return
+            self._taken.pop(slot, None)
+            try:
+                run = await backend.get_run(self._job.name, slot)
+            except StoreError as exc:
+                self.listener.store_error("get_run", self._job.name, str(exc))
+                continue
+            if run is None and slot not in self._running:
+                await self._claim_forgotten(slot, "another instance held this run when the store lost its state")
+
+    async def _reclaim_after_lease_lost(self, slot: int) -> None:
+        """Our attempt lost its lease because the store did not answer: ask it again until it does.
+
+        A store that kept the run lets a backup take it over as usual. One that answers
+        without it lost its state meanwhile: nobody's lease covers the run, and no backup
+        would take it over; we claim it again at once rather than leave it to the handler's
+        record (mending, a lease later at best).
+        """
+        opts = self._opts
+        assert isinstance(self.backend, LeaseBackend)
+        backend = self.backend
+        until = self.clock.now_ms() + _RECOVERY_LEASES * opts.lease_ms
+        while not self._stopping and self.clock.now_ms() < until:
+            try:
+                run = await backend.get_run(self._job.name, slot)
+            except StoreError:
+                await self.clock.sleep(opts.heartbeat_ms)
+                continue
+            if run is None and slot not in self._running:
+                await self._claim_forgotten(slot, "the store lost this run while our lease on it lapsed")
+            return
 
     async def _own_lost_reply(self, backend: LeaseBackend, slot: int, token: str, taken: ClaimResult) -> ClaimResult:
         """A retried claim found the slot taken: it may have been our own claim, its reply lost.
@@ -495,6 +597,8 @@ class JobLoop:
                 await runner.run()
             finally:
                 self._running.pop(run.slot, None)
+            if runner.ctx.stop_reason == LEASE_LOST and self._opts.resumable and not self._stopping:
+                self._spawn(self._reclaim_after_lease_lost(run.slot), f"anarchon-reclaim:{job.name}@{run.slot}")
 
     async def _run_claim_only(self, ctx: RunContext) -> None:
         """Without a lease there is nothing to heartbeat or record; just run the handler."""

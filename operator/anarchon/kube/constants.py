@@ -57,3 +57,6 @@ ANNOTATION_TRIGGER_HANDLED: Final = f"{GROUP}/trigger-handled"
 #: On an AnarchonJob: why it is suspended, as ``anarchon suspend --reason`` says; the CLI shows
 #: it beside the job, ``anarchon resume`` removes it.
 ANNOTATION_SUSPEND_REASON: Final = f"{GROUP}/suspend-reason"
+
+#: How many windows of missed slots a job's status keeps (``status.missed``, newest last).
+MISSED_WINDOWS_KEPT: Final = 10

@@ -63,12 +63,17 @@ class OperatorListener(MetricsListener):
         self.run_cache = run_cache
         self._specs: Callable[[str], JobSpec | None] | None = None
         self._refresh_status: Callable[[JobSpec], Awaitable[None]] | None = None
+        self._note_missed: Callable[[JobSpec, list[int], str], Coroutine[Any, Any, None]] | None = None
         self._tasks: set[asyncio.Future[Any]] = set()
 
     def bind(
-        self, specs: Callable[[str], JobSpec | None], refresh_status: Callable[[JobSpec], Awaitable[None]]
+        self,
+        specs: Callable[[str], JobSpec | None],
+        refresh_status: Callable[[JobSpec], Awaitable[None]],
+        note_missed: Callable[[JobSpec, list[int], str], Coroutine[Any, Any, None]],
     ) -> None:
-        """Give the listener the jobs' specs (by engine key) and their status refresh; once.
+        """Give the listener the jobs' specs (by engine key), their status refresh and the
+        keeper of their missed slots (:meth:`.JobStatus.note_missed`); once.
 
         Both come from the controller, which needs the Scheduler, which needs this listener:
         so they are bound after all three exist, before the first job is added (the Scheduler
@@ -79,6 +84,7 @@ class OperatorListener(MetricsListener):
             raise RuntimeError("OperatorListener is bound already")
         self._specs = specs
         self._refresh_status = refresh_status
+        self._note_missed = note_missed
 
     def _spec(self, job: str) -> JobSpec | None:
         return None if self._specs is None else self._specs(job)
@@ -165,13 +171,21 @@ class OperatorListener(MetricsListener):
 
     def missed(self, job: str, slot: int, reason: str) -> None:
         super().missed(job, slot, reason)
+        self._keep_missed(job, [slot], reason)
         self._event(job, "Missed", lambda _: f"slot {slot_time(slot)}: {reason}", warning=True)
 
     def missed_slots(self, job: str, slots: Sequence[int], reason: str) -> None:
         super().missed_slots(job, slots, reason)
+        self._keep_missed(job, list(slots), reason)
         first, last = slot_time(slots[0]), slot_time(slots[-1])
         what = f"slot {first}" if len(slots) == 1 else f"{len(slots)} slots, {first} to {last}"
         self._event(job, "Missed", lambda _: f"{what}: {reason}", warning=True)
+
+    def _keep_missed(self, job: str, slots: list[int], reason: str) -> None:
+        """Into the job's status (``anarchon why`` reads it there long after the Event is gone)."""
+        spec = self._spec(job)
+        if spec is not None and self._note_missed is not None:
+            self.spawn(self._note_missed(spec, slots, reason))
 
     def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
         super().took_over(job, slot, attempt, previous_instance)

@@ -125,7 +125,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     )
     sharing.on_change = controller.sharing_changed
     # Before any job is added: jobs come only from the job watch, which starts below.
-    listener.bind(controller.specs.get, controller.status.refresh_soon)
+    listener.bind(controller.specs.get, controller.status.refresh_soon, controller.status.note_missed)
     health = None
     if cfg.health_port:
         health = HealthServer(

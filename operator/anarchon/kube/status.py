@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..engine import LeaseBackend, Scheduler
-from . import runs
+from . import missed, runs
 from .client import Kube, in_background
 from .events import EventPoster
 from .mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
@@ -61,6 +61,8 @@ MEND_MISSING_EVERY_MS = 60_000
 REFRESH_AFTER_START_S = 30.0
 #: ... and one asked for by a run's end (or anything else).
 REFRESH_AFTER_END_S = 1.0
+#: How many writes a missed window gets before it is given up unseen (a CRD without the field prunes it).
+MISSED_WRITES_AT_MOST = 5
 
 
 @dataclass
@@ -141,6 +143,10 @@ class JobStatus:
         self._soon: dict[str, JobSpec] = {}
         self._waits: dict[str, _Wait] = {}
         self._flushing = False  # a replica stopping: the waits end now
+        #: Missed windows this replica reported and has not yet seen in the job's status, with
+        #: the writes they had; and the windows the status held when last seen (by engine key).
+        self._missed: dict[str, tuple[list[missed.Window], int]] = {}
+        self._missed_seen: dict[str, list[missed.Window]] = {}
 
     def forget(self, key: str) -> None:
         """The job is gone."""
@@ -149,6 +155,27 @@ class JobStatus:
         self._soon.pop(key, None)
         self._conditions.pop(key, None)
         self._said_not_shared.discard(key)
+        self._missed.pop(key, None)
+        self._missed_seen.pop(key, None)
+
+    async def note_missed(self, spec: JobSpec, slots: list[int], message: str) -> None:
+        """Slots the engine reported missed: their window goes into the job's status at the next refresh."""
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        pending, _ = self._missed.get(key, ([], 0))
+        self._missed[key] = ([*pending, missed.window(slots, message)], 0)
+        await self.refresh_soon(spec)
+
+    async def _missed_seen_in(self, spec: JobSpec, status: Mapping[str, Any]) -> None:
+        """Note the windows the status holds; ours not among them yet are written (again) soon."""
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        self._missed_seen[key] = seen = missed.from_status(status)
+        pending, writes = self._missed.get(key, ([], 0))
+        if not pending:
+            return
+        if missed.covers(seen, pending) or writes >= MISSED_WRITES_AT_MOST:
+            del self._missed[key]
+        elif writes and key not in self._waits:
+            await self.refresh_soon(spec)  # another replica's write came after ours, without them
 
     async def refresh_soon(self, spec: JobSpec, ended: bool = True) -> None:
         """Refresh the job's status soon, once for all its changes until then: within
@@ -263,6 +290,7 @@ class JobStatus:
         key = engine_key(spec.namespace, spec.name, spec.uid)
         current = list(status.get("conditions") or [])
         self._conditions[key] = current
+        await self._missed_seen_in(spec, status)
         patch: dict[str, Any] = {}
         if (conditions := self._valid_conditions(spec, current)) is not None:
             patch["conditions"] = conditions
@@ -363,6 +391,11 @@ class JobStatus:
             patch["lastScheduleTime"] = slot_time(max(scheduled))
         if succeeded:
             patch["lastSuccessfulTime"] = slot_time(max(succeeded))
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        if (pending := self._missed.get(key)) is not None:
+            windows = missed.merged(self._missed_seen.get(key, []), pending[0], spec.schedule)
+            patch["missed"] = [w.record() for w in windows]
+            self._missed[key] = (pending[0], pending[1] + 1)
         await self.kube.patch_job_status(spec.namespace, spec.name, patch)
         await self._enforce_history(spec, items)
 

@@ -618,6 +618,8 @@ class RedisBackend(LeaseBackend):
         self._retention = "" if retention_ms is None else str(retention_ms)
         #: The epoch of each job this instance has claimed for (see :meth:`epoch_key`).
         self._epochs: dict[str, str] = {}
+        #: When each job's records began again, for jobs whose epoch changed under us.
+        self._lost_since: dict[str, int] = {}
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -651,6 +653,9 @@ class RedisBackend(LeaseBackend):
     def leases_key(self) -> str:
         """``P:leases``: every job's active runs by when their lease ends (the backups' sweep)."""
         return f"{self.prefix}:leases"
+
+    def lost_since(self, job: str) -> int | None:
+        return self._lost_since.get(job)
 
     def epoch_key(self, job: str) -> str:
         """``<id> <ms>``: written by the job's first claim; a different one means the store lost state."""
@@ -735,9 +740,10 @@ class RedisBackend(LeaseBackend):
         epoch = _text(reply[-1])
         known, self._epochs[job] = self._epochs.get(job), epoch
         if outcome == "lost":
+            self._lost_since[job] = since = int(epoch.split()[1])
             raise StoreLostState(
                 f"redis {self._safe_url}: the store lost the records of {job} (epoch {known} is now {epoch})",
-                since_ms=int(epoch.split()[1]),
+                since_ms=since,
             )
         if outcome == "taken":
             return ClaimResult(ClaimOutcome.TAKEN, _run_from_hash(_pairs(reply[1])))
@@ -958,6 +964,7 @@ class RedisBackend(LeaseBackend):
             self.leases_key(),
         ]
         self._epochs.pop(job, None)
+        self._lost_since.pop(job, None)
         while True:
             left = await self._call(
                 lambda: self._forget(keys=keys, args=[f"{self.job_prefix(job)}run:", str(_PRUNE_BATCH)])
