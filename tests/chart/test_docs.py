@@ -34,6 +34,8 @@ from tests.chart.chartlib import REPO, tool
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELLS = {"bash", "sh", "shell", "console"}
 
+#: The CLI's verbs that act on a cluster with replicas at work.
+LIVE_VERBS = ("trigger", "list", "describe", "runs", "why", "suspend", "resume", "backfill", "cancel", "get", "follow")
 #: Commands not run here, by their first words, each with the reason (and where it is tested instead).
 LIVE = "needs a live installation (replicas at work, a release): tests/cli and tests/chart run it there"
 EXCLUDED: dict[tuple[str, ...], str] = {
@@ -51,10 +53,7 @@ EXCLUDED: dict[tuple[str, ...], str] = {
     ("kubectl", "rollout"): LIVE,
     ("kubectl", "auth"): LIVE,
     ("kubectl", "create"): "changes the cluster (a namespace, a Secret) before an install",
-    **{
-        ("anarchon", verb): LIVE
-        for verb in ("trigger", "list", "describe", "runs", "why", "suspend", "resume", "backfill", "get", "follow")
-    },
+    **{("anarchon", verb): LIVE for verb in LIVE_VERBS},
 }
 #: Commands run here, by their first words (anything else is never run: see the module).
 RUN = {

@@ -378,6 +378,23 @@ async def test_a_claimed_run_may_end_skipped_and_leaves_the_active_runs(
     assert (await lease_backend.claim(req(job_name, 2, token="u", overlap=Overlap.SKIP))).won
 
 
+async def test_a_running_run_may_end_cancelled_for_good(lease_backend: LeaseBackend, job_name: str) -> None:
+    """A handler whose run was cancelled (RunCancelled) ends it Cancelled: final, out of the active
+    runs and of the backups' sweep, so no later attempt takes it over and launches it again."""
+    await lease_backend.claim(req(job_name, 1, token="t"))
+    assert await lease_backend.heartbeat(job_name, 1, "t", NOW + 1, LEASE)
+    why = "cancelled by alice: wrong input"
+    assert await lease_backend.finish(job_name, 1, "t", NOW + 2, RunState.CANCELLED, why)
+    run = await lease_backend.get_run(job_name, 1)
+    assert run is not None and run.state is RunState.CANCELLED and run.error == why
+    assert [(a.outcome, a.error) for a in run.attempts] == [(RunState.CANCELLED, why)]
+    assert await lease_backend.active_runs(job_name) == []
+    assert job_name not in {r.job for r in await lease_backend.expired_runs(NOW + 10 * LEASE, 1000)}
+    taken = await lease_backend.takeover(TakeoverRequest(job_name, 1, "b", "u", NOW + 10 * LEASE, LEASE, 3))
+    assert not taken.won
+    assert not await lease_backend.heartbeat(job_name, 1, "t", NOW + 3, LEASE), "a cancelled run holds no lease"
+
+
 async def test_expired_runs_are_the_active_runs_whose_lease_ended_newest_first(
     lease_backend: LeaseBackend, job_name: str
 ) -> None:

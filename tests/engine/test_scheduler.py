@@ -21,6 +21,7 @@ from anarchon.engine import (
     ConfigError,
     LeaseBackend,
     Run,
+    RunCancelled,
     RunContext,
     RunFailed,
     RunGivenUp,
@@ -289,16 +290,23 @@ async def test_handler_errors(cluster, clock: ScaledClock, job_name: str) -> Non
     async def crash(ctx: RunContext) -> None:
         raise KeyError("oops")
 
+    async def cancelled(ctx: RunContext) -> None:
+        raise RunCancelled("cancelled by alice: wrong input")
+
     a.schedule(job_name, every("1h"), Calls(clock).handler(fail), jitter=0)
     a.schedule(job_name + "-b", every("1h"), Calls(clock).handler(crash), jitter=0)
+    a.schedule(job_name + "-c", every("1h"), Calls(clock).handler(cancelled), jitter=0)
     await a.start()
-    await a.trigger(job_name)
-    await a.trigger(job_name + "-b")
-    await wait_for(lambda: len(rec.of("finished")) == 2, what="both runs to end")
+    for job in (job_name, job_name + "-b", job_name + "-c"):
+        await a.trigger(job)
+    await wait_for(lambda: len(rec.of("finished")) == 3, what="the three runs to end")
     failed = (await a.history(job_name))[0]
     crashed = (await a.history(job_name + "-b"))[0]
+    stopped = (await a.history(job_name + "-c"))[0]
     assert (failed.state, failed.error) == (RunState.FAILED, "exit code 3")
     assert crashed.state is RunState.FAILED and "KeyError" in (crashed.error or "")
+    assert (stopped.state, stopped.error) == (RunState.CANCELLED, "cancelled by alice: wrong input")
+    assert ("Cancelled", "cancelled by alice: wrong input") in [e[4:] for e in rec.of("finished")]
 
 
 async def test_interrupted_attempt_is_retried_up_to_max_attempts(cluster, clock: ScaledClock, job_name: str) -> None:

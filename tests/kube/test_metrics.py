@@ -99,13 +99,14 @@ def test_per_job_runs_by_outcome_and_an_interrupted_attempt_is_not_a_run_end() -
     listener.skipped("key-of-report", NOW + 30_000, "overlap")
     listener.missed("key-of-report", NOW + 40_000, "past the starting deadline")
     listener.replaced("key-of-report", NOW + 40_000, NOW + 50_000)  # overlap Replace: ended, not given up
+    listener.finished("key-of-report", NOW + 60_000, 2, RunState.CANCELLED, "cancelled by alice: wrong input")
     listener.finished("key-of-gone-job", NOW, 1, RunState.SUCCEEDED, None)  # a job nobody names: no series
     text = _text(metrics)
     series = 'anarchon_job_runs_total{{job="report",namespace="team-a",outcome="{}"}} 1.0'
-    for outcome in ("Succeeded", "Failed", "Skipped", "Missed", "Replaced"):
+    for outcome in ("Succeeded", "Failed", "Skipped", "Missed", "Replaced", "Cancelled"):
         assert series.format(outcome) in text, outcome
     assert _value(metrics, "anarchon_job_runs_total", **JOB, outcome="Interrupted") is None
-    assert text.count("anarchon_job_runs_total{") == 5
+    assert text.count("anarchon_job_runs_total{") == 6
 
 
 def test_forget_drops_every_series_of_the_job_and_only_its() -> None:
@@ -113,6 +114,7 @@ def test_forget_drops_every_series_of_the_job_and_only_its() -> None:
     listener = Named(metrics)
     listener.finished("key-of-report", NOW, 1, RunState.SUCCEEDED, None)
     listener.missed("key-of-report", NOW, "late")
+    listener.finished("key-of-report", NOW, 1, RunState.CANCELLED, "cancelled")
     metrics.job_pod_delay.labels("team-a", "report").observe(0.5)
     metrics.job_pod_delay.labels("team-a", "other").observe(0.5)
     metrics.job_gauges.jobs["k"] = _times()

@@ -8,13 +8,15 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from anarchon.kube.client import Kube, connect
+from tests.faults.apiproxy import ApiFaultProxy
 from tests.k8s.fixtures import wait_established, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,6 +157,21 @@ class Replicas:
                     proc.wait(timeout=20)
                 except (subprocess.TimeoutExpired, ProcessLookupError):
                     proc.kill()
+
+
+@pytest.fixture
+def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
+    """The API fault proxy in front of the test API server (tests/faults/apiproxy.py)."""
+    with ApiFaultProxy(control_plane) as p:
+        yield p
+
+
+@pytest.fixture
+async def through_proxy(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
+    """The operator's client, talking to the API server through :func:`proxy`."""
+    k = await connect(str(proxy.kubeconfig))
+    yield k
+    await k.close()
 
 
 @pytest.fixture(params=["sqlite", "redis", "postgres"])

@@ -24,7 +24,7 @@ from anarchon.engine import RunInterrupted, RunSkipped
 from anarchon.engine.attempt import SHUTDOWN
 from anarchon.kube import client as kube_client
 from anarchon.kube import runs
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.podwatch import PodWatch
 from anarchon.kube.runner import PodRunner
@@ -42,19 +42,6 @@ YES = [True] * 100  # the lease holds throughout
 def spec(cluster: Cluster) -> Iterator[JobSpec]:
     cluster.apply(job_manifest("api-faults", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "2"}))
     yield parse_job(cluster.get("anarchonjob", "api-faults"))
-
-
-@pytest.fixture
-def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
-    with ApiFaultProxy(control_plane) as p:
-        yield p
-
-
-@pytest.fixture
-async def through_proxy(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
-    k = await connect(str(proxy.kubeconfig))
-    yield k
-    await k.close()
 
 
 def _run(cluster: Cluster, spec: JobSpec) -> dict[str, Any]:

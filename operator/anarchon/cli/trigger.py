@@ -3,8 +3,8 @@
 It annotates the job (through the API: no kubectl needed, so it also works from the
 operator's image); the replicas claim that slot like any scheduled one (see
 :mod:`anarchon.kube.triggers`). With ``--wait`` it follows the run to its end and exits with
-its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped), so a script or a
-CI step can run a job and act on the result.
+its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped, Cancelled), so a
+script or a CI step can run a job and act on the result.
 """
 
 from __future__ import annotations

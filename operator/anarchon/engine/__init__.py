@@ -10,6 +10,7 @@ from .durations import format_duration, parse_duration
 from .errors import (
     AnarchonError,
     ConfigError,
+    RunCancelled,
     RunFailed,
     RunGivenUp,
     RunInterrupted,
@@ -49,6 +50,7 @@ __all__ = [
     "LoopClock",
     "Overlap",
     "Run",
+    "RunCancelled",
     "RunContext",
     "RunFailed",
     "RunGivenUp",

@@ -5,7 +5,7 @@ the lease is pushed forward every heartbeat. Whatever happens, exactly one of th
 the attempt in the store, always with the attempt's own token:
 
 * handler returns → ``finish(Succeeded)``; raises → ``finish(Failed)`` (RunGivenUp:
-  ``finish(Interrupted)``, RunSkipped: ``finish(Skipped)``);
+  ``finish(Interrupted)``, RunSkipped: ``finish(Skipped)``, RunCancelled: ``finish(Cancelled)``);
 * timeout (of the current try, see ``RunContext.restart_timeout``) → the handler is told to
   stop, then cancelled, ``finish(Failed)``;
 * handler raises RunInterrupted, or the instance stops → ``release`` (next attempt at once);
@@ -22,7 +22,16 @@ from typing import Any
 
 from .backend import ClaimRequest, LeaseBackend
 from .clock import Clock
-from .errors import RunFailed, RunGivenUp, RunInterrupted, RunSkipped, StoreError, StoreLostState, is_store_error
+from .errors import (
+    RunCancelled,
+    RunFailed,
+    RunGivenUp,
+    RunInterrupted,
+    RunSkipped,
+    StoreError,
+    StoreLostState,
+    is_store_error,
+)
 from .events import EngineListener
 from .job import Handler, ResolvedOptions, RunContext
 from .model import HANDED_OVER, REPLACED_BY, Overlap, RunState, token_hash
@@ -262,6 +271,8 @@ class AttemptRunner:
             return ended
         if isinstance(exc, RunSkipped):
             return await self._finish(RunState.SKIPPED, str(exc) or "skipped")
+        if isinstance(exc, RunCancelled):
+            return await self._finish(RunState.CANCELLED, str(exc) or "cancelled")
         if isinstance(exc, RunFailed):
             error = str(exc) or "failed"
         else:

@@ -58,3 +58,8 @@ class RunGivenUp(AnarchonError):
 class RunSkipped(AnarchonError):
     """Raised by a handler that finds, after the claim, that the run must not start: an earlier
     run's work still lives where the store did not see it (overlap Skip). The run ends Skipped."""
+
+
+class RunCancelled(AnarchonError):
+    """Raised by a handler whose run someone asked to stop: it stopped the run's work and launches
+    nothing more for it. The run ends Cancelled, for good, with this message (who asked, and why)."""

@@ -24,7 +24,7 @@ from .attempt import LEASE_LOST, SHUTDOWN, AttemptRunner
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .batch import ClaimBatcher
 from .clock import Clock, timer
-from .errors import ConfigError, StoreError, StoreLostState, is_store_error
+from .errors import ConfigError, RunCancelled, StoreError, StoreLostState, is_store_error
 from .events import EngineListener
 from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .lag import LoopLag
@@ -609,6 +609,8 @@ class JobLoop:
             await asyncio.wait_for(job.handler(ctx), timeout)
         except TimeoutError:
             self.listener.finished(job.name, ctx.slot, 1, RunState.FAILED, "timed out")
+        except RunCancelled as exc:
+            self.listener.finished(job.name, ctx.slot, 1, RunState.CANCELLED, str(exc) or "cancelled")
         except Exception as exc:
             self.listener.finished(job.name, ctx.slot, 1, RunState.FAILED, f"{type(exc).__name__}: {exc}")
         else:

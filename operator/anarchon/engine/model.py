@@ -6,6 +6,7 @@ the states of the seed's state machine::
     Due -> Claimed -> Running -> Succeeded | Failed
                       Running -> Interrupted -> Running (next attempt, a takeover)
     Due -> Skipped (an earlier run of the job still holds its lease)
+    Claimed | Running -> Cancelled (someone asked for it to stop: the handler ends it so)
 
 Due is never stored (it is the moment every instance computes on its own); the others are.
 """
@@ -27,6 +28,7 @@ class RunState(StrEnum):
     FAILED = "Failed"
     INTERRUPTED = "Interrupted"
     SKIPPED = "Skipped"
+    CANCELLED = "Cancelled"
 
     @property
     def active(self) -> bool:

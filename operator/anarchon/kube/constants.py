@@ -57,6 +57,12 @@ ANNOTATION_TRIGGER_HANDLED: Final = f"{GROUP}/trigger-handled"
 #: On an AnarchonJob: why it is suspended, as ``anarchon suspend --reason`` says; the CLI shows
 #: it beside the job, ``anarchon resume`` removes it.
 ANNOTATION_SUSPEND_REASON: Final = f"{GROUP}/suspend-reason"
+#: On an AnarchonRun: stop the run (delete its Pod, launch nothing more for it); the value is why,
+#: as ``anarchon cancel --reason`` says (it may be empty). Set by the CLI or by ``kubectl annotate``.
+ANNOTATION_CANCEL: Final = f"{GROUP}/cancel"
+#: On an AnarchonRun beside :data:`ANNOTATION_CANCEL`: who asked, as the API server named them to
+#: ``anarchon cancel`` (absent when nobody said: a plain ``kubectl annotate``).
+ANNOTATION_CANCEL_BY: Final = f"{GROUP}/cancel-by"
 
 #: How many windows of missed slots a job's status keeps (``status.missed``, newest last).
 MISSED_WINDOWS_KEPT: Final = 10

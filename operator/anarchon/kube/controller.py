@@ -186,6 +186,7 @@ class JobController:
             pod_watch=self.pod_watch,
             wrote=None if self.run_cache is None else self.run_cache.wrote,
             runs_of=None if self.run_cache is None else self.run_cache.runs_of,
+            cancels=None if self.run_cache is None else self.run_cache.cancels,
             on_launch=self._launched,
             store_shared=None if sharing is None else lambda: not sharing.strangers,
         )

@@ -89,10 +89,10 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
 #: ended, and by then a job on `every 1s` has newer records: a look at the newest ten records
 #: missed such a Skip in the 20,000-slot chaos soak.
 MISSING_LOOK_BACK_MS = 120_000
-#: The ends only a runner writes, from its run's Pod: it created the run's object before it
-#: launched the Pod, so a record that ended so and has no object lost it to a deletion (by hand,
-#: or by the history limits), which a replica started since has not seen.
-RUNNER_ENDED = frozenset({RunState.SUCCEEDED, RunState.FAILED})
+#: The ends only a runner writes, from its run's Pod (or its object's cancel): it created the run's
+#: object first, so a record that ended so and has no object lost it to a deletion (by hand, or
+#: by the history limits), which a replica started since has not seen.
+RUNNER_ENDED = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
 #: Store records read besides the window's slots (manual runs, backfills), and at most in all.
 MISSING_LOOK_EXTRA = 10
 MISSING_LOOK_MAX = 200

@@ -36,7 +36,15 @@ MISSED = "Missed"
 #: is that of its Event.
 REPLACED = "Replaced"
 #: Every ``outcome`` of ``anarchon_job_runs_total``, in the project's words.
-JOB_OUTCOMES = (RunState.SUCCEEDED, RunState.FAILED, RunState.INTERRUPTED, RunState.SKIPPED, MISSED, REPLACED)
+JOB_OUTCOMES = (
+    RunState.SUCCEEDED,
+    RunState.FAILED,
+    RunState.INTERRUPTED,
+    RunState.SKIPPED,
+    RunState.CANCELLED,
+    MISSED,
+    REPLACED,
+)
 #: ``anarchon_job_slots_since_success`` counts no further: enough for any alert threshold, and a
 #: scrape never walks a long schedule (an ``every: 1s`` job a day without success).
 SLOTS_SINCE_SUCCESS_CAP = 100
@@ -181,7 +189,8 @@ class Metrics:
         self.job_runs = Counter(
             "anarchon_job_runs",
             "Runs of the job that ended on this replica, by outcome: Succeeded, Failed, Interrupted (no"
-            " attempt left), Skipped (overlap), Missed (past the starting deadline; each replica counts its own)",
+            " attempt left), Skipped (overlap), Cancelled (anarchon cancel), Missed (past the starting"
+            " deadline; each replica counts its own)",
             [*per_job, "outcome"],
             registry=r,
         )

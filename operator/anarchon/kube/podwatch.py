@@ -32,7 +32,7 @@ from typing import Any
 from .client import Kube
 from .constants import LABEL_FOLLOWER, LABEL_MANAGED_BY, MANAGED_BY
 from .pods import follower_of
-from .watching import ScopedWatch, uid_of
+from .watching import ScopedWatch, registered, uid_of
 
 Key = tuple[str, str]
 
@@ -98,17 +98,8 @@ class PodWatch(ScopedWatch):
     def interest(self, namespace: str, name: str) -> Iterator[PodChange]:
         """An Event set at the next change of the Pod. Enter it *before* reading the Pod, so
         a change between the read and the wait is not lost."""
-        event = PodChange()
-        key = (namespace, name)
-        self._waiters.setdefault(key, set()).add(event)
-        try:
+        with registered(self._waiters, (namespace, name), PodChange()) as event:
             yield event
-        finally:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[key]
 
     # -- the watch -------------------------------------------------------------------------------
 
@@ -149,17 +140,25 @@ def interest_in(
 
 
 async def wait_for_change(
-    watch: PodWatch | None, changed: asyncio.Event | None, stop: asyncio.Event, *, poll_s: float, resync_s: float
+    watch: PodWatch | None,
+    changed: asyncio.Event | None,
+    stop: asyncio.Event,
+    *,
+    poll_s: float,
+    resync_s: float,
+    wake: asyncio.Event | None = None,
 ) -> None:
-    """Sleep until ``stop`` is set, the Pod ``changed``, or it is time to read it anyway.
+    """Sleep until ``stop`` is set, the Pod ``changed``, ``wake`` is set (a cancel), or it is time
+    to read the Pod anyway.
 
     That time is ``resync_s`` while the watch is live (a missed event then only delays an
     outcome), ``poll_s`` otherwise (no watch, or it is down: plain polling).
     """
     watched = changed is not None and watch is not None and watch.healthy
     waits = [asyncio.ensure_future(stop.wait())]
-    if changed is not None:
-        waits.append(asyncio.ensure_future(changed.wait()))
+    for event in (changed, wake):
+        if event is not None:
+            waits.append(asyncio.ensure_future(event.wait()))
     try:
         await asyncio.wait(waits, timeout=resync_s if watched else poll_s, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -21,6 +21,10 @@ only a replica itself adds an attempt naming it to a run (or ends a run Skipped 
 each time after its store let it claim or take over the run: :meth:`RunCache.acted` says
 when the watch last delivered such a change by each replica (see :mod:`.sharing`).
 
+The watch also brings a cancel (:data:`.constants.ANNOTATION_CANCEL`) to the runner of the run:
+it registers for the run's :class:`CancelWake` (:meth:`RunCache.cancels`) while its attempt runs,
+and the watch sets it as soon as it delivers the annotated object, or lists it after a break.
+
 Held per object: metadata, spec and status, without managedFields (most of an object's size).
 Until the first listing (or while the watch is down) :meth:`RunCache.runs_of` answers None and
 the caller lists.
@@ -28,13 +32,16 @@ the caller lists.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .client import Kube
 from .constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
-from .watching import ScopedWatch
+from .runs import Cancel, cancel_of
+from .watching import ScopedWatch, registered
 
 Key = tuple[str, str]  # namespace, name
 
@@ -85,6 +92,20 @@ def _actors(old: dict[str, Any] | None, new: dict[str, Any]) -> set[str]:
     return actors
 
 
+class CancelWake(asyncio.Event):
+    """Set once someone asked for the run to stop, with what they asked (:attr:`cancel`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancel: Cancel | None = None
+
+    def asked(self, run: dict[str, Any] | None) -> None:
+        """Set it if ``run`` (the run's object, as last read or delivered) carries a cancel."""
+        if not self.is_set() and (cancel := cancel_of(run)) is not None:
+            self.cancel = cancel
+            self.set()
+
+
 class RunCache(ScopedWatch):
     """The AnarchonRuns of every watched namespace, by job."""
 
@@ -107,6 +128,8 @@ class RunCache(ScopedWatch):
         self._heard: dict[str, float] = {}
         #: instance id -> when the watch last delivered an attempt it added, or a slot it skipped.
         self._acted: dict[str, float] = {}
+        #: (namespace, run name) -> the wakes of the attempts running it here (see :meth:`cancels`).
+        self._cancels: dict[Key, set[CancelWake]] = {}
 
     def runs_of(self, namespace: str, job: str) -> list[dict[str, Any]] | None:
         """The job's runs by slot, as the watch last delivered them (and our newer writes);
@@ -126,6 +149,16 @@ class RunCache(ScopedWatch):
                 found.append(obj)
         found.sort(key=lambda r: int((r.get("spec") or {}).get("slot") or 0))
         return found
+
+    @contextlib.contextmanager
+    def cancels(self, namespace: str, name: str) -> Iterator[CancelWake]:
+        """While within, the run's :class:`CancelWake`: set when its object carries a cancel,
+        now (as the cache has it) or as soon as the watch delivers it."""
+        key = (namespace, name)
+        with registered(self._cancels, key, CancelWake()) as wake:
+            written = self._written.get(key)
+            wake.asked(written[0] if written is not None else self._runs.get(key))
+            yield wake
 
     def wrote(self, obj: dict[str, Any]) -> None:
         """Our own write (a create's or update's reply): read it until the watch delivers it."""
@@ -196,6 +229,8 @@ class RunCache(ScopedWatch):
         key = _key(obj)
         self._runs[key] = _slim(obj)
         self._index(key, _job(obj))
+        for wake in self._cancels.get(key, ()):
+            wake.asked(obj)
 
     def _index(self, key: Key, job: str) -> None:
         self._by_job.setdefault((key[0], job), set()).add(key[1])

@@ -27,6 +27,12 @@ so only while the Pod is Pending or Running. Its rules:
   being fenced) ends the attempt as interrupted, never as a success or a failure: the next
   attempt picks up from the Pods, which are the record of what really ran.
 * On shutdown the Pod is left running and the run handed over; a backup adopts it.
+* A cancel (the annotation ``anarchon.io/cancel`` on the run's object, which the run cache's
+  watch brings while the attempt runs, and every read of the object at its start) ends the
+  run Cancelled: its live Pod is deleted with its own grace period and followed until it has
+  stopped; nothing more is launched (no retry, no relaunch, and a backup that takes the run
+  over later finds the annotation too). The Pod's own end wins a race: a Pod that Succeeded
+  (or failed its last try) before the delete could land gives the run that outcome.
 """
 
 from __future__ import annotations
@@ -37,13 +43,14 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from ..engine import Overlap, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped
+from ..engine import Overlap, RunCancelled, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped, RunState
 from ..engine.attempt import ENDED, FENCED, REPLACED, SHUTDOWN
 from ..engine.durations import format_duration
 from . import runs
 from .client import ApiException, Kube, in_background, transient
+from .constants import RUN_KIND
 from .events import EventPoster
 from .pods import (
     PodFate,
@@ -64,10 +71,14 @@ from .pods import (
     waiting_of,
 )
 from .podwatch import PodChange, PodWatch, interest_in, wait_for_change
+from .runcache import CancelWake
 from .spec import JobSpec, pod_name, run_name
 from .watching import uid_of
 
 log = logging.getLogger("anarchon.kube.runner")
+
+#: The phase of a cancelled run, and the reason of its Events.
+CANCELLED = str(RunState.CANCELLED)
 
 
 async def _unless_shutdown(ctx: RunContext, work: Coroutine[Any, Any, None]) -> None:
@@ -118,6 +129,7 @@ class PodRunner:
         wrote: Callable[[dict[str, Any]], None] | None = None,
         runs_of: Callable[[str, str], list[dict[str, Any]] | None] | None = None,
         store_shared: Callable[[], bool] | None = None,
+        cancels: Callable[[str, str], contextlib.AbstractContextManager[CancelWake]] | None = None,
         poll_s: float = 1.0,
         resync_s: float = 30.0,
     ) -> None:
@@ -130,15 +142,18 @@ class PodRunner:
         self.wrote = wrote  # told each run object we created or wrote (the run cache)
         self.runs_of = runs_of  # a job's run objects as the run cache has them (None: not live)
         self.store_shared = store_shared  # False while the store is found not shared (see .sharing)
+        self.cancels = cancels  # a run's cancel, as the run cache's watch brings it (see RunCache.cancels)
         self.poll_s = poll_s  # how often a Pod is read when no watch wakes us
         self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
         #: Each running attempt's run object as last created or written (by run name).
         self._in_hand: dict[str, runs.InHand] = {}
+        #: Each running attempt's cancel: set once its run's object asks for one (by run name).
+        self._wakes: dict[str, CancelWake] = {}
 
     async def __call__(self, ctx: RunContext) -> None:
         try:
             await _unless_shutdown(ctx, self._attempt(ctx))
-        except (RunFailed, RunInterrupted, RunGivenUp, RunSkipped):
+        except (RunFailed, RunInterrupted, RunGivenUp, RunSkipped, RunCancelled):
             raise
         except Exception as exc:
             # Only a Pod's outcome is the run's outcome. An API error that outlasted its retries
@@ -153,19 +168,26 @@ class PodRunner:
         spec = self.spec()
         # A later attempt, recreating a run object that attempt 1 never wrote, guesses.
         trigger = str(ctx.cause) if ctx.cause is not None else runs.trigger_guess(spec, ctx.slot)
-        run = await runs.ensure_run(self.kube, spec, ctx.slot, trigger)
         name = run_name(spec.name, ctx.slot)
-        self._noted(run)
-        self._in_hand[name] = runs.InHand(run)
-        try:
-            status: runs.Status = dict(run.get("status") or {})
-            await _number_after_record(ctx, status)
-            if runs.ended(status):
-                _end_as_recorded(ctx, status)
-                return
-            await self._attempt_with(ctx, spec, name, run, status)
-        finally:
-            self._in_hand.pop(name, None)
+        with self._cancel_of(spec.namespace, name) as wake:
+            self._wakes[name] = wake
+            try:
+                run = await runs.ensure_run(self.kube, spec, ctx.slot, trigger)
+                self._noted(run)
+                self._in_hand[name] = runs.InHand(run)
+                status: runs.Status = dict(run.get("status") or {})
+                await _number_after_record(ctx, status)
+                if runs.ended(status):
+                    _end_as_recorded(ctx, status)
+                    return
+                await self._attempt_with(ctx, spec, name, run, status)
+            finally:
+                self._in_hand.pop(name, None)
+                self._wakes.pop(name, None)
+
+    def _cancel_of(self, namespace: str, name: str) -> contextlib.AbstractContextManager[CancelWake]:
+        """The run's cancel while the attempt runs: the run cache's, or one only the run's own reads set."""
+        return contextlib.nullcontext(CancelWake()) if self.cancels is None else self.cancels(namespace, name)
 
     async def _attempt_with(
         self, ctx: RunContext, spec: JobSpec, name: str, run: dict[str, Any], status: runs.Status
@@ -178,6 +200,8 @@ class PodRunner:
         try_number, existing = await self._current_try(ctx, spec, name, status)
         next_try_at = runs.next_try_time(status, try_number)
         if not any(v.fate is not PodFate.LOST for v in existing):  # nothing to adopt: this attempt launches
+            if self._wakes[name].is_set():
+                await self._cancelled(ctx, spec, name)  # before its Pod, or after it was stopped
             if runs.try_past_deadline(status, try_number, spec.timeout_ms, datetime.now(UTC)):
                 # Its Pod was deleted for its deadline by a runner that did not live to record it.
                 await self._fail(ctx, spec, name, _past_timeout(spec), runs.DEADLINE_EXCEEDED)
@@ -197,6 +221,8 @@ class PodRunner:
                         await self._changed(spec, ended=True)
             if failed is None:
                 return
+            if self._wakes[name].is_set():
+                await self._cancelled(ctx, spec, name, failed=failed)  # no retry
             next_try_at = await self._try_failed(ctx, spec, name, try_number, failed)
             try_number, existing = try_number + 1, []
 
@@ -279,6 +305,8 @@ class PodRunner:
             return keep, False
         if next_try_at is not None:
             await self._back_off(ctx, spec, name, try_number, next_try_at)
+        if self._wakes[name].is_set():
+            await self._cancelled(ctx, spec, name)
         await _confirm(ctx)
         pod = pod_name(name, try_number)
         for lost in existing:
@@ -376,9 +404,14 @@ class PodRunner:
         shutdown a backup launches the try at the same time; replaced, the run just ends.
         """
         ctx.set_alive(True)
-        while (left_s := (at - datetime.now(UTC)).total_seconds()) > 0 and not ctx.stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.stop.wait(), left_s)
+        wake = self._wakes[name]
+        while (left_s := (at - datetime.now(UTC)).total_seconds()) > 0 and not ctx.stop.is_set() and not wake.is_set():
+            waits = {asyncio.ensure_future(ctx.stop.wait()), asyncio.ensure_future(wake.wait())}
+            try:
+                await asyncio.wait(waits, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
         if ctx.stop.is_set():
             if ctx.stop_reason == SHUTDOWN:
                 raise RunInterrupted(f"{ctx.instance} stopping in the backoff: a backup launches try {try_number}")
@@ -438,8 +471,11 @@ class PodRunner:
             self._noted(in_hand.body)
 
     def _noted(self, run: dict[str, Any]) -> None:
+        """Our own read or write of the run's object: the run cache keeps it, and a cancel on it counts."""
         if self.wrote is not None:
             self.wrote(run)
+        if (wake := self._wakes.get(str((run.get("metadata") or {}).get("name")))) is not None:
+            wake.asked(run)
 
     async def _follow(
         self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, try_number: int, since: PodChange | None
@@ -459,6 +495,7 @@ class PodRunner:
         resync = False
         past_deadline = False  # the Pod ran past the job's timeout: it was deleted, and is followed to its end
         label = _Label()  # whether the Pod's follower label was ours, and left us since
+        cancel = self._wakes[name]
         while True:
             if ctx.stop.is_set():
                 await self._stopped(ctx, spec, name, pod)
@@ -478,6 +515,10 @@ class PodRunner:
                     woke = None
                     await self._wait(ctx, None)
                     continue
+                if view.fate is PodFate.LIVE and cancel.is_set():
+                    await self._stop_for_cancel(ctx, spec, view)
+                    woke, resync = None, False  # read it again: being deleted, gone, or changed meanwhile
+                    continue
                 if view.fate in (PodFate.LIVE, PodFate.LINGERING):
                     # A lingering Pod may still run: the lease is kept, so nobody launches beside it.
                     ctx.set_alive(True)
@@ -488,13 +529,25 @@ class PodRunner:
                     if deadline_s:
                         left_s = deadline_s if left_s is None else min(left_s, deadline_s)
                     watched = covered and self.pod_watch is not None and self.pod_watch.healthy
-                    await self._wait(ctx, changed if covered else None, at_most_s=left_s)
+                    # A cancel wakes us while the Pod lives (also one that came during the calls
+                    # above: the wait returns at once); once it is being deleted, its end does.
+                    wake = cancel if view.fate is PodFate.LIVE else None
+                    await self._wait(ctx, changed if covered else None, at_most_s=left_s, wake=wake)
                     woke = changed if changed is not None and changed.is_set() else None
                     resync = woke is None and watched and self.pod_watch is not None and self.pod_watch.healthy
+                    resync = resync and not cancel.is_set()  # a cancel's read is no background work
                     continue
-            if view.fate is PodFate.SUCCEEDED:
+            # A Pod that ended being deleted, on a cancelled run, was stopped for the cancel (by
+            # us, or by an attempt before us); one that ended on its own first keeps its outcome.
+            ended = view.fate in (PodFate.SUCCEEDED, PodFate.FAILED)
+            stopped = cancel.is_set() and (not ended or _being_deleted(view))
+            if view.fate is PodFate.SUCCEEDED and not stopped:
                 await self._end(ctx, spec, name, "Succeeded", view.message, final=True)
                 return None
+            if stopped:
+                if view.fate is PodFate.LOST:
+                    await delete_pod(self.kube, spec.namespace, pod, grace_seconds=0)
+                await self._cancelled(ctx, spec, name)
             if past_deadline:
                 # Deleted for its deadline (by us, or by an attempt before us), and not succeeded first: it failed.
                 view = PodView(pod, PodFate.FAILED, _past_timeout(spec), view.body)
@@ -517,6 +570,32 @@ class PodRunner:
                 message=f"run {name} attempt {ctx.attempt}: Pod {pod}: {view.message}; the next attempt relaunches it",
             )
             raise RunInterrupted(f"Pod {pod}: {view.message}")
+
+    async def _stop_for_cancel(self, ctx: RunContext, spec: JobSpec, view: PodView) -> None:
+        """Delete the run's live Pod for a cancel, with the Pod's own grace period (its template's).
+
+        Conditional on the version read: a Pod that changed meanwhile (it may have ended on its
+        own) is not deleted but read again, so that a Pod that Succeeded first gives the run its
+        outcome. A repeat (a backup after a runner that died) finds it being deleted already.
+        """
+        await _confirm(ctx)
+        version = str(((view.body or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if await delete_pod(self.kube, spec.namespace, view.name, if_version=version or None):
+            log.info("Pod %s/%s deleted for a cancel of its run", spec.namespace, view.name)
+
+    async def _cancelled(self, ctx: RunContext, spec: JobSpec, name: str, failed: PodView | None = None) -> NoReturn:
+        """End the run Cancelled, its Pod stopped or never launched: the run's object says who asked
+        and why, an Event on the run and on the job, and the engine ends it for good (no backup
+        takes it over). ``failed``: the try's Pod had failed on its own first, and is not retried."""
+        message = (self._wakes[name].cancel or runs.Cancel("")).message
+        failed_try = None if failed is None else failed.message
+        await self._end(ctx, spec, name, CANCELLED, message, final=True, failed_try=failed_try)
+        held = self._in_hand[name].body
+        await self.events.post(
+            namespace=spec.namespace, name=name, uid=uid_of(held), reason=CANCELLED, message=message, kind=RUN_KIND
+        )
+        await self.events.about(spec, reason=CANCELLED, message=f"run {name}: {message}")
+        raise RunCancelled(message)
 
     async def _fail(self, ctx: RunContext, spec: JobSpec, name: str, message: str, reason: str | None) -> None:
         """The run failed (its last try's Pod did): the object says so, an Event, the engine is told."""
@@ -661,6 +740,7 @@ class PodRunner:
         *,
         final: bool,
         reason: str | None = None,
+        failed_try: str | None = None,
     ) -> None:
         await _confirm(ctx)
         await self._write(
@@ -675,14 +755,22 @@ class PodRunner:
                 final=final,
                 reason=reason,
                 instance=ctx.instance,
+                failed_try=failed_try,
             ),
         )
 
-    async def _wait(self, ctx: RunContext, changed: asyncio.Event | None, *, at_most_s: float | None = None) -> None:
+    async def _wait(
+        self,
+        ctx: RunContext,
+        changed: asyncio.Event | None,
+        *,
+        at_most_s: float | None = None,
+        wake: asyncio.Event | None = None,
+    ) -> None:
         poll_s, resync_s = self.poll_s, self.resync_s
         if at_most_s is not None:
             poll_s, resync_s = min(poll_s, at_most_s), min(resync_s, at_most_s)
-        await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=poll_s, resync_s=resync_s)
+        await wait_for_change(self.pod_watch, changed, ctx.stop, poll_s=poll_s, resync_s=resync_s, wake=wake)
 
     async def _replace(self, spec: JobSpec, old: str, new: str) -> None:
         """Overlap Replace, by the new run's winner: the older run's Pods go, its object says why.
@@ -747,6 +835,11 @@ def _past_timeout(spec: JobSpec) -> str:
     return f"the Pod ran past timeout ({format_duration(spec.timeout_ms or 0)}) and was stopped"
 
 
+def _being_deleted(view: PodView) -> bool:
+    """The Pod was asked to go (it has a deletionTimestamp), whatever phase it ended in since."""
+    return bool(((view.body or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _deadline_exceeded(view: PodView) -> bool:
     """The Pod ran past its activeDeadlineSeconds (the job's timeout), rather than exiting non-zero."""
     return str(((view.body or {}).get("status") or {}).get("reason") or "") == "DeadlineExceeded"
@@ -784,6 +877,8 @@ def _end_as_recorded(ctx: RunContext, status: runs.Status) -> None:
         raise RunFailed(message or "failed")
     if phase == "Skipped":
         raise RunSkipped(message or "skipped")
+    if phase == CANCELLED:
+        raise RunCancelled(message or "cancelled")
     if phase == "Interrupted":
         raise RunGivenUp(message or "interrupted")
 

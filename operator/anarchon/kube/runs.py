@@ -16,6 +16,8 @@ from typing import Any
 
 from .client import ApiException, Kube, call, path, turn
 from .constants import (
+    ANNOTATION_CANCEL,
+    ANNOTATION_CANCEL_BY,
     API_VERSION,
     JOB_KIND,
     LABEL_JOB,
@@ -67,7 +69,7 @@ def history_kinds(spec: JobSpec) -> list[tuple[tuple[str, ...], int]]:
     return [
         (("Succeeded",), spec.successful_history),
         (("Skipped",), spec.successful_history),
-        (("Failed", "Interrupted"), spec.failed_history),
+        (("Failed", "Interrupted", "Cancelled"), spec.failed_history),
     ]
 
 
@@ -246,6 +248,10 @@ def launches_before(status: Status, attempt: int, pod: str) -> int:
     )
 
 
+#: The phases that end a run whatever else its status says (Interrupted ends it only with a finish time).
+FINAL_PHASES = frozenset({"Succeeded", "Failed", "Skipped", "Cancelled"})
+
+
 class RunEnded(Exception):
     """The run's object says it is over: an attempt must not start (or reopen) it."""
 
@@ -253,7 +259,7 @@ class RunEnded(Exception):
 def ended(status: Status) -> bool:
     """The status says how the run ended: a final phase, or Interrupted with a finish time."""
     phase = status.get("phase")
-    return phase in ("Succeeded", "Failed", "Skipped") or (phase == "Interrupted" and bool(status.get("finishTime")))
+    return phase in FINAL_PHASES or (phase == "Interrupted" and bool(status.get("finishTime")))
 
 
 def start_attempt(
@@ -350,6 +356,7 @@ def end_attempt(
     final: bool,
     reason: str | None = None,
     instance: str | None = None,
+    failed_try: str | None = None,
 ) -> Status:
     """The attempt ended; ``final``: so did the run, and its current try with it.
 
@@ -357,6 +364,9 @@ def end_attempt(
     An attempt that never recorded its start (it found its Pod already ended: the runner
     before it died after the launch) records itself here, given its ``instance``: otherwise
     the run would end with its history saying the dead runner's attempt is still Running.
+    ``failed_try``: the current try's Pod had failed on its own first (the run ended otherwise
+    before its retry: a cancel), so the try says Failed, with this message. A run that ends in
+    a backoff announces no next try any more: its try is the last one that ran.
     """
     now = now_rfc3339()
     entries = list(status.get("attempts") or [])
@@ -364,7 +374,13 @@ def end_attempt(
         _close_open_attempts(entries, now)
         entries.append({"attempt": attempt, "instance": instance, "podName": status.get("podName"), "startTime": now})
         status.update(attempts=entries, attempt=attempt, instance=instance)
+    if failed_try is not None:
+        _close_try(status, int(status.get("try") or 1), "Failed", failed_try, now)
     if final:
+        tries = [int(t.get("try", 0)) for t in status.get("tries") or []]
+        if tries and int(status.get("try") or 1) not in tries:  # ended in the backoff: that try never ran
+            status["try"] = max(tries)
+        status.pop("nextTryTime", None)
         _close_try(status, int(status.get("try") or 1), outcome, message, now)
     for entry in status.get("attempts") or []:
         if int(entry.get("attempt", 0)) == attempt:
@@ -404,6 +420,30 @@ def interrupted(status: Status, *, message: str) -> Status | None:
     _close_try(status, int(status.get("try") or 1), "Interrupted", message, now)
     status.update(phase="Interrupted", message=message, finishTime=now)
     return status
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Someone asked for the run to stop (:data:`.constants.ANNOTATION_CANCEL`): why, and who if known."""
+
+    reason: str
+    by: str | None = None
+
+    @property
+    def message(self) -> str:
+        """What the run's status and Events say: ``cancelled by alice: wrong input``."""
+        who = f" by {self.by}" if self.by else ""
+        return f"cancelled{who}: {self.reason}" if self.reason else f"cancelled{who}"
+
+
+def cancel_of(run: dict[str, Any] | None) -> Cancel | None:
+    """The cancel asked for on the run's object, if any (an empty reason is a cancel all the same)."""
+    annotations = ((run or {}).get("metadata") or {}).get("annotations") or {}
+    if ANNOTATION_CANCEL not in annotations:
+        return None
+    reason = " ".join(str(annotations[ANNOTATION_CANCEL] or "").split())
+    by = " ".join(str(annotations.get(ANNOTATION_CANCEL_BY) or "").split()) or None
+    return Cancel(reason, by)
 
 
 async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, message: str) -> bool:

@@ -10,15 +10,19 @@ server no longer has that version (410 Gone) does it list again. Errors back off
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
 from .client import ApiException, Kube, path
 
 log = logging.getLogger("anarchon.kube.watching")
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T", bound=Hashable)
 
 
 class ScopedWatch:
@@ -118,6 +122,21 @@ class ScopedWatch:
                         self._event(str(event.get("type")), obj)
             finally:
                 response.release()
+
+
+@contextlib.contextmanager
+def registered(table: dict[K, set[T]], key: K, item: T) -> Iterator[T]:
+    """``item`` among ``table[key]`` while within: what a watch wakes when an object changes (the
+    key leaves the table with its last item, so the table holds only what someone waits on)."""
+    table.setdefault(key, set()).add(item)
+    try:
+        yield item
+    finally:
+        items = table.get(key)
+        if items is not None:
+            items.discard(item)
+            if not items:
+                del table[key]
 
 
 def uid_of(obj: dict[str, Any] | None) -> str:

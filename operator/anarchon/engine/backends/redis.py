@@ -522,7 +522,7 @@ class RedisBackend(LeaseBackend):
     """Lease store on Redis or Valkey: one primary (one server, or behind a proxy; not Cluster).
 
     ``retention_ms``: when set, every run that becomes final (Succeeded, Failed, Interrupted,
-    Skipped) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
+    Skipped, Cancelled) gets a PEXPIRE of that many ms, so a job that runs every second does not grow
     the store forever even if nobody calls :meth:`prune`. It must be far longer than any
     window in which an instance could still claim that slot (catch-up, clock skew): once a
     run's hash has expired, its slot could be claimed, and run, again. Active runs never
