@@ -48,6 +48,7 @@ EXCLUDED: dict[tuple[str, ...], str] = {
     ("python3", "e2e/controlplane/controlplane.py"): "starts a control plane in the background",
     ("python3", "crds/generate.py"): "needs that control plane: tests/kube/test_podspec_schema.py runs it (--check)",
     ("anarchon", "operator"): "runs a replica until stopped: tests/operator start replicas so",
+    ("anarchon", "ui"): "serves a page until stopped: tests/ui run it against a live installation in a browser",
     ("helm", "test"): LIVE,
     ("kubectl", "get"): LIVE,
     ("kubectl", "rollout"): LIVE,
