@@ -23,6 +23,8 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
 command -v dockerd >/dev/null || need+=(docker.io)          # the image tests (tests/image)
 command -v debootstrap >/dev/null || need+=(debootstrap)    # their stand-in base image
+command -v chromium >/dev/null || need+=(chromium)          # anarchon ui in a real browser (tests/ui)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

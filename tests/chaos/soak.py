@@ -185,7 +185,7 @@ _MAX3 = {"maxAttempts": 3}
 #: outlive several takeovers, failing Pods, Skip/Allow/Replace, a timeout shorter than its Pods
 #: on a node that ignores activeDeadlineSeconds (KWOK), a catch-up job; a replica killed, frozen
 #: past the lease or terminated every ~15 s, store stalls longer than the lease, Redis restarted
-#: without its data every ~90 s, one 20 s outage of every replica.
+#: without its data every ~60 s, one 20 s outage of every replica.
 HARSH = Profile(
     name="harsh",
     heartbeat_s=1.0,
@@ -205,7 +205,7 @@ HARSH = Profile(
         Plan("timeout-6s", 10, "Skip", _run_s(20), {**_MAX3, "timeout": "6s"}),
         Plan("catchup-all", 5, "Skip", _run_s(3), {**_MAX3, "catchUp": {"policy": "All", "window": "1h"}}),
     ),
-    default_slots=340,  # ~3.3 minutes of slots (1.7 a second): CI runs it twice, under its 45 minutes
+    default_slots=280,  # ~2.7 minutes of slots (1.7 a second): CI runs it twice, under its 45 minutes
     stores=("redis", "postgres"),
     kill_every_s=15.0,
     replica_faults=("SIGTERM", "SIGKILL", "SIGSTOP"),
@@ -220,7 +220,7 @@ HARSH = Profile(
         StoreFault("slow 5s", "slow", (5, 5), 1, tcp=True),
     ),
     redis_persistent=False,
-    redis_wipe_every_s=90.0,
+    redis_wipe_every_s=60.0,  # two wipes at least in CI's run
     outage_s=20.0,
     outage_at=0.45,
     settle_s=120.0,  # the longest Pod (60 s) twice over

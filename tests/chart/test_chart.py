@@ -402,10 +402,23 @@ def test_sqlite_single_replica_with_pvc() -> None:
     assert not find(docs, "PodDisruptionBudget"), "a PDB over one replica would block node drains"
 
 
+def test_a_sqlite_url_renders_with_one_replica_and_another_url_with_any() -> None:
+    """The guard on SQLite looks at the store actually used: one replica on a sqlite:// URL is
+    fine, and so are three on a Redis URL whatever store.type says (the URL wins)."""
+    one_replica = one(rendered({"store": {"url": "sqlite:////data/a.db"}, "replicaCount": 1}), "Deployment")
+    assert env_of(container(one_replica))["ANARCHON_STORE"] == "sqlite:////data/a.db"
+    three = one(rendered({"store": {"type": "sqlite", "url": "redis://r:6379/0"}}), "Deployment")
+    assert three["spec"]["replicas"] == 3 and env_of(container(three))["ANARCHON_STORE"] == "redis://r:6379/0"
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
         ({"store": {"type": "sqlite"}}, "store.type=sqlite keeps the store in a file inside one pod"),
+        # The scheme of the URL says it as well as the type: each replica would open a file of its own.
+        ({"store": {"url": "sqlite:////data/a.db"}}, "store.url=sqlite:////data/a.db keeps the store in a file"),
+        ({"store": {"url": "sqlite:///x"}, "replicaCount": 2}, "replicaCount is 2"),
+        ({"store": {"type": "sqlite", "url": "sqlite:////x.db"}}, "store.url=sqlite:////x.db keeps the store"),
         ({"store": {"existingSecret": {"name": ""}}}, "no store: set store.existingSecret.name"),
         ({"redis": {"enabled": True}, "store": {"type": "postgresql"}}, "redis.enabled=true bundles a Redis store"),
         ({"store": {"tls": {"enabled": True}}}, "store.tls.enabled=true needs store.tls.secretName"),

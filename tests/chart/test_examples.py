@@ -4,6 +4,9 @@ the promised scenarios are there."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,8 @@ from controlplane import ControlPlane
 from tests.chart.chartlib import EXAMPLES, kubeconform
 
 EXPECTED = {"cron-timezone.yaml", "every-10s.yaml", "fenced-writes.yaml", "forbid-overlap.yaml", "long-takeover.yaml"}
-FILES = sorted(EXAMPLES.glob("*.yaml"))
+#: Every file, not only *.yaml: each must be an example that applies.
+FILES = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
 
 
 def test_the_promised_examples_exist() -> None:
@@ -73,3 +77,16 @@ def test_examples_pass_kubeconform_against_the_crd_schemas(schema_dir: Path) -> 
     res = kubeconform(FILES, schema_dir)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"Valid: {len(FILES)}, Invalid: 0, Errors: 0, Skipped: 0" in res.stdout, res.stdout
+
+
+def test_examples_pass_lint() -> None:
+    """``anarchon lint examples/``, offline, as the README suggests for any job: no problem in any."""
+    res = subprocess.run(
+        [sys.executable, "-m", "anarchon", "lint", str(EXAMPLES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(EXAMPLES.parent / "operator")},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(FILES)} job(s) in {len(FILES)} file(s): no problems" in res.stdout, res.stdout

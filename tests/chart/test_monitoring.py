@@ -26,7 +26,13 @@ from tests.chart.monitoring import (
     monitoring_objects,
 )
 
-ALERTS = {"AnarchonJobNotSucceeding", "AnarchonRunsGivenUp", "AnarchonStoreErrors", "AnarchonPodWatchDown"}
+ALERTS = {
+    "AnarchonJobNotSucceeding",
+    "AnarchonRunsGivenUp",
+    "AnarchonStoreErrors",
+    "AnarchonPodWatchDown",
+    "AnarchonStoreNotShared",
+}
 
 
 def test_off_by_default() -> None:

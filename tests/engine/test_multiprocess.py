@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SLOTS = int(os.environ.get("ANARCHON_MP_SLOTS", "2000"))
+SLOTS = int(os.environ.get("ANARCHON_MP_SLOTS", "1200"))
 pytestmark = pytest.mark.slow
 
 

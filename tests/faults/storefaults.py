@@ -126,3 +126,10 @@ class FaultyStore(LeaseBackend):
     async def forget_unserved(self, before_ms: int) -> list[str]:
         gone: list[str] = await self._through("forget_unserved", lambda: self.inner.forget_unserved(before_ms))
         return gone
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        await self._through("note_presence", lambda: self.inner.note_presence(instance, now_ms, ttl_ms))
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        found: set[str] = await self._through("present", lambda: self.inner.present(instances, now_ms))
+        return found

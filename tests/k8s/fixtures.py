@@ -89,10 +89,10 @@ def real_node(control_plane: ControlPlane) -> str:
     return base
 
 
-@pytest.fixture
-def namespace(control_plane: ControlPlane) -> Iterator[str]:
-    """A fresh namespace whose `default` ServiceAccount exists (so Pods can be created at once); deleted after."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
+@contextlib.contextmanager
+def fresh_namespace(control_plane: ControlPlane, prefix: str = "t") -> Iterator[str]:
+    """A new namespace whose `default` ServiceAccount exists (so Pods can be created at once); deleted after."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     control_plane.api(
         "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
@@ -113,6 +113,13 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
         # Do not wait for it to go: the namespace controller deletes the contents in the background.
         with contextlib.suppress(urllib.error.URLError, OSError):
             control_plane.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> Iterator[str]:
+    """A fresh namespace for the test (:func:`fresh_namespace`)."""
+    with fresh_namespace(control_plane) as name:
+        yield name
 
 
 async def typed_connect(kubeconfig: str, *, api_concurrency: int | None = None) -> Any:

@@ -103,3 +103,11 @@ def test_missing_credentials(tmp_path: Path, setup: str, fragments: list[str]) -
 )
 def test_an_api_concurrency_that_cannot_work(tmp_path: Path, value: str, fragment: str) -> None:
     one_line_error(operator(tmp_path, "--api-concurrency", value), 2, "--api-concurrency", fragment)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("50ms", "must be at least 100ms (each check writes to the store), got 50ms"), ("often", "--store-check")],
+)
+def test_a_store_check_period_that_cannot_work(tmp_path: Path, value: str, fragment: str) -> None:
+    one_line_error(operator(tmp_path, "--store-check", value), 2, "--store-check", fragment)

@@ -133,3 +133,36 @@ async def test_a_watch_cut_again_and_again_is_noticed_and_misses_no_run(
         finally:
             await runs.stop()
             await kube.close()
+
+
+async def _write_status(kube: Kube, namespace: str, name: str, status: dict[str, Any]) -> None:
+    body = dict(await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, name))
+    body["status"] = status
+    await kube.custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, RUNS, name, body)
+
+
+async def test_who_acted_is_who_added_an_attempt_or_skipped_a_slot(
+    kube: Kube, namespace: str, crds: ControlPlane
+) -> None:
+    """What tells the replicas at work (see anarchon.kube.sharing): an attempt added names its own
+    replica, a run turned Skipped its writer. Other writes naming a replica (the run's end, written
+    on a run that names an earlier attempt) are no act of it, and a listing shows no act."""
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("d", 1_000))
+    first = [{"attempt": 1, "instance": "r-old", "podName": "d-1000"}]
+    await _write_status(kube, namespace, "d-1000", {"phase": "Running", "instance": "r-old", "attempts": first})
+    runs = RunCache(kube, [namespace])
+    runs.start()
+    try:
+        await _until(lambda: _slots(runs, namespace, "d") == [1_000], "the listing")
+        assert runs.acted() == {}, "a listing shows what was written, maybe long ago"
+        taken = [*first, {"attempt": 2, "instance": "r2", "podName": "d-1000"}]
+        await _write_status(kube, namespace, "d-1000", {"phase": "Running", "instance": "r2", "attempts": taken})
+        await _until(lambda: "r2" in runs.acted(), "r2's attempt")
+        await _write_status(kube, namespace, "d-1000", {"phase": "Succeeded", "instance": "r2", "attempts": taken})
+        await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("d", 2_000))
+        await _write_status(kube, namespace, "d-2000", {"phase": "Skipped", "instance": "r3", "attempt": 0})
+        await _until(lambda: "r3" in runs.acted(), "r3's skip")
+        assert set(runs.acted()) == {"r2", "r3"}
+        assert runs.acted()["r2"] <= runs.acted()["r3"]
+    finally:
+        await runs.stop()

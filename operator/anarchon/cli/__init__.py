@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from . import backfill, cancel, get, lint, operator, resume, runs, suspend, trigger, why
+from . import backfill, cancel, get, lint, operator, resume, runs, suspend, trigger, ui, why
 from . import list as list_
 from . import next as next_
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="anarchon", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"anarchon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for verb in (operator, list_, get, runs, why, next_, lint, suspend, resume, trigger, backfill, cancel):
+    for verb in (operator, list_, get, runs, why, next_, lint, suspend, resume, trigger, backfill, cancel, ui):
         verb.add(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -72,9 +72,29 @@ def _who_why(cancel: Cancel) -> str:
     return (f" by {cancel.by}" if cancel.by else "") + (f": {cancel.reason}" if cancel.reason else "")
 
 
-def run(args: argparse.Namespace) -> int:
+async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> str:
+    """Ask the replicas to stop run ``name``; what was done, in one line. A run that has ended is
+    the verb's one-line failure. ``anarchon ui`` cancels through this too."""
     from ..kube.constants import ANNOTATION_CANCEL, ANNOTATION_CANCEL_BY
     from ..kube.runs import Cancel, cancel_of, ended
+
+    by = await _caller(kube)
+    while True:
+        obj = await _read(kube, namespace, name)
+        status = obj.get("status") or {}
+        where = f"anarchonrun {namespace}/{name}"
+        if ended(status):
+            message = " ".join(str(status.get("message") or "").split())
+            raise Failure(f"{where} has ended {status.get('phase')}" + (f": {message}" if message else ""))
+        if (asked := cancel_of(obj)) is not None:
+            return f"{where}: cancel already requested{_who_why(asked)}"
+        annotations = {ANNOTATION_CANCEL: reason, ANNOTATION_CANCEL_BY: by}
+        if await _annotate(kube, namespace, name, str(obj["metadata"]["resourceVersion"]), annotations):
+            return f"{where}: cancel requested{_who_why(Cancel(reason, by))}"
+        # It changed since our read (its runner wrote its status): read it again.
+
+
+def run(args: argparse.Namespace) -> int:
     from ..kube.spec import run_name
 
     try:
@@ -86,22 +106,8 @@ def run(args: argparse.Namespace) -> int:
     reason = " ".join((args.reason or "").split())
 
     async def cancel(kube: Kube, namespace: str) -> int:
-        by = await _caller(kube)
-        while True:
-            obj = await _read(kube, namespace, name)
-            status = obj.get("status") or {}
-            where = f"anarchonrun {namespace}/{name}"
-            if ended(status):
-                message = " ".join(str(status.get("message") or "").split())
-                raise Failure(f"{where} has ended {status.get('phase')}" + (f": {message}" if message else ""))
-            if (asked := cancel_of(obj)) is not None:
-                print(f"{where}: cancel already requested{_who_why(asked)}")
-                return 0
-            annotations = {ANNOTATION_CANCEL: reason, ANNOTATION_CANCEL_BY: by}
-            if await _annotate(kube, namespace, name, str(obj["metadata"]["resourceVersion"]), annotations):
-                print(f"{where}: cancel requested{_who_why(Cancel(reason, by))}")
-                return 0
-            # It changed since our read (its runner wrote its status): read it again.
+        print(await request_cancel(kube, namespace, name, reason))
+        return 0
 
     return with_kube("cancel", args, cancel)
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 
 DEFAULT_STORE = "sqlite:///var/lib/anarchon/anarchon.db"
 
@@ -16,18 +17,22 @@ def _instance_id() -> str:
     return os.environ.get("ANARCHON_INSTANCE_ID") or os.environ.get("POD_NAME") or default_instance_id()
 
 
-def _resync_ms(value: str) -> int:
-    """``--resync``: a duration of at least 1 s (each pass lists every job's runs)."""
-    from ..engine.durations import parse_duration
-    from ..engine.errors import ScheduleError
+def _duration_ms(flag: str, at_least_ms: int, why: str) -> Callable[[str], int]:
+    """A duration flag's parser: at least ``at_least_ms``, for the reason ``why``."""
 
-    try:
-        ms = parse_duration(value, what="--resync")
-    except ScheduleError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    if ms < 1000:
-        raise argparse.ArgumentTypeError(f"must be at least 1s (each pass lists every job's runs), got {value}")
-    return ms
+    def parse(value: str) -> int:
+        from ..engine.durations import format_duration, parse_duration
+        from ..engine.errors import ScheduleError
+
+        try:
+            ms = parse_duration(value, what=flag)
+        except ScheduleError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+        if ms < at_least_ms:
+            raise argparse.ArgumentTypeError(f"must be at least {format_duration(at_least_ms)} ({why}), got {value}")
+        return ms
+
+    return parse
 
 
 def _api_concurrency(value: str) -> int:
@@ -60,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         health_port=args.health_port or None,
         resync_s=args.resync / 1000,
         api_concurrency=args.api_concurrency,
+        store_check_s=args.store_check / 1000,
     )
     try:
         asyncio.run(run_operator(cfg))
@@ -84,9 +90,16 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     op.add_argument(
         "--resync",
-        type=_resync_ms,
+        type=_duration_ms("--resync", 1000, "each pass lists every job's runs"),
         default="30s",
         help="how often every job is looked over: history limits of quiet jobs, old store records (default 30s)",
+    )
+    op.add_argument(
+        "--store-check",
+        type=_duration_ms("--store-check", 100, "each check writes to the store"),
+        default="10s",
+        help="how often the replica notes itself in its store and checks that the replicas it sees at work"
+        " share it (StoreNotShared when not; default 10s)",
     )
     op.add_argument(
         "--api-concurrency",

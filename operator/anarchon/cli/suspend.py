@@ -17,21 +17,28 @@ if TYPE_CHECKING:
     from ..kube.client import Kube
 
 
-def set_suspended(verb: str, args: argparse.Namespace, suspended: bool, reason: str | None) -> int:
-    """Patch ``spec.suspend`` and the reason annotation (None removes it) of ``args.job`` at once."""
+async def patch_suspended(kube: Kube, namespace: str, job: str, suspended: bool, reason: str | None) -> str:
+    """Patch ``spec.suspend`` and the reason annotation (None removes it) of ``job`` at once; what
+    was done, in one line. ``anarchon ui`` suspends and resumes through this too."""
     from ..kube.client import ApiException
     from ..kube.constants import ANNOTATION_SUSPEND_REASON
 
+    body = {"spec": {"suspend": suspended}, "metadata": {"annotations": {ANNOTATION_SUSPEND_REASON: reason}}}
+    try:
+        await kube.patch_job(namespace, job, body)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise await not_found(kube, namespace, job) from None
+        raise
+    what = "suspended" if suspended else "resumed"
+    return f"anarchonjob {namespace}/{job} {what}" + (f": {reason}" if reason else "")
+
+
+def set_suspended(verb: str, args: argparse.Namespace, suspended: bool, reason: str | None) -> int:
+    """The verb: :func:`patch_suspended` of ``args.job``, its line printed."""
+
     async def patch(kube: Kube, namespace: str) -> int:
-        body = {"spec": {"suspend": suspended}, "metadata": {"annotations": {ANNOTATION_SUSPEND_REASON: reason}}}
-        try:
-            await kube.patch_job(namespace, args.job, body)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise await not_found(kube, namespace, args.job) from None
-            raise
-        what = "suspended" if suspended else "resumed"
-        print(f"anarchonjob {namespace}/{args.job} {what}" + (f": {reason}" if reason else ""))
+        print(await patch_suspended(kube, namespace, args.job, suspended, reason))
         return 0
 
     return with_kube(verb, args, patch)

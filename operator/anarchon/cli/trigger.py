@@ -42,8 +42,8 @@ def _seconds(value: str) -> float:
 
 
 async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
-    """Queue a request for a run at ``at``; its annotation key. A full queue, or a missing job,
-    is the verb's one-line failure."""
+    """Queue a request for a run of ``job`` at ``at``; its annotation key. A full queue, or a
+    missing job, is the verb's one-line failure. ``anarchon ui`` asks through this too."""
     from ..kube.client import ApiException
     from ..kube.constants import MAX_PENDING_TRIGGERS
     from ..kube.triggers import Contended, QueueFull, request_trigger

@@ -109,6 +109,20 @@ class Backend(ABC):
         await asyncio.gather(*(in_order(indexes) for indexes in by_job.values()))
         return answers
 
+    @abstractmethod
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        """Record that ``instance`` uses this store, until ``now_ms + ttl_ms``; records that ran out may go.
+
+        What tells replicas that share a store from replicas on stores of their own (a SQLite
+        file each, two Redis databases): each one notes itself here every little while, and one
+        that sees another at work (the operator sees it in Kubernetes) asks :meth:`present`
+        whether its store knows it. Each would otherwise win every slot in its own store.
+        """
+
+    @abstractmethod
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        """Those of ``instances`` whose presence record (:meth:`note_presence`) is alive at ``now_ms``."""
+
     def require_window(self, needed_ms: int) -> None:  # noqa: B027 - optional hook
         """Refuse (ConfigError) if contenders ``needed_ms`` apart could both win.
 

@@ -76,6 +76,12 @@ class ObservedBackend(_Observed, Backend):
         # if every claim in it did (a batch of one: if that claim did).
         return await self._timed("claim", lambda: self.inner.claim_many(requests), _all_failed)
 
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        await self._timed("note_presence", lambda: self.inner.note_presence(instance, now_ms, ttl_ms))
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        return await self._timed("present", lambda: self.inner.present(instances, now_ms))
+
     def require_window(self, needed_ms: int) -> None:
         self.inner.require_window(needed_ms)
 

@@ -1,9 +1,9 @@
 """The per-replica controller of AnarchonJobs: spec in, job loop out, status and Events back.
 
-Every replica runs this for every AnarchonJob in its scope; all are active. It writes
-no finalizers on a job (:mod:`.jobwatch` hands it each change of a job), so a job's deletion
-never waits on a replica, and of its annotations only the trigger requests it handled (marked
-or removed by conditional writes, see :mod:`.triggers`).
+Every replica runs this for every AnarchonJob in its scope; all are active. It writes no
+finalizer on a job, and of its annotations only the trigger requests it handled (marked or
+removed by conditional writes, see :mod:`.triggers`; :mod:`.jobwatch` hands it each change of
+a job), so replicas never fight over a job, and a job's deletion never waits on a replica.
 The job's status is written by :mod:`.status`, manual runs are handled by :mod:`.triggers`,
 and what the engine reports goes out through :mod:`.listener`.
 """
@@ -25,6 +25,7 @@ from .podwatch import PodWatch
 from .runcache import RunCache
 from .runner import PodRunner
 from .served import ServedJobs
+from .sharing import STORE_NOT_SHARED, StoreSharing
 from .spec import JobSpec, SpecError, engine_key, parse_job
 from .status import JobStatus
 from .triggers import Triggers, trigger_state
@@ -43,6 +44,7 @@ class JobController:
         run_cache: RunCache | None = None,
         *,
         resync_s: float = 30.0,
+        sharing: StoreSharing | None = None,
     ) -> None:
         self.kube = kube
         self.resync_s = resync_s
@@ -51,11 +53,20 @@ class JobController:
         self.scheduler = scheduler
         self.events = events
         self.metrics = metrics
+        self.sharing = sharing
         self.specs: dict[str, JobSpec] = {}
         self.triggers = Triggers(kube, scheduler, events)
         self.status = JobStatus(
-            kube, scheduler, events, run_cache, resync_s=resync_s, pinned=self.triggers.pending_slots
+            kube,
+            scheduler,
+            events,
+            run_cache,
+            resync_s=resync_s,
+            not_shared=(lambda: None) if sharing is None else sharing.message,
+            not_shared_kept_s=0.0 if sharing is None else sharing.window_s,
+            pinned=self.triggers.pending_slots,
         )
+        self._telling: asyncio.Task[None] | None = None  # every job told whether the store is shared
         self.served = ServedJobs(scheduler.backend, scheduler.clock)
         #: Per job (engine key), what of its body the last complete handling went by: its
         #: generation (the spec's version) and its trigger annotations (see :meth:`apply`).
@@ -141,9 +152,32 @@ class JobController:
                     except Exception as exc:
                         log.warning("resync of %s failed: %s", spec.engine_name, exc)
 
+    # -- the store shared, or not ----------------------------------------------------------------
+
+    def sharing_changed(self) -> None:
+        """The store was found not shared with the replicas at work, or shared again (:mod:`.sharing`):
+        every job says so in its Ready condition, and gets a Warning Event while it is not."""
+        if self._telling is not None:
+            self._telling.cancel()  # what it was telling is out of date
+        self._telling = asyncio.create_task(self._tell_sharing(), name="anarchon-store-sharing")
+
+    async def _tell_sharing(self) -> None:
+        why = None if self.sharing is None else self.sharing.message()
+        with background():
+            for key, spec in list(self.specs.items()):
+                if self.specs.get(key) is not spec:
+                    continue  # removed or changed meanwhile: its next handling says it
+                try:
+                    await self.status.sharing_changed(spec)
+                except Exception as exc:
+                    log.warning("telling %s whether the store is shared failed: %s", spec.engine_name, exc)
+                if why is not None:
+                    await self.events.about(spec, reason=STORE_NOT_SHARED, message=why, warning=True)
+
     # -- runs ------------------------------------------------------------------------------------
 
     def _runner(self, key: str) -> PodRunner:
+        sharing = self.sharing
         return PodRunner(
             self.kube,
             self.events,
@@ -154,6 +188,7 @@ class JobController:
             runs_of=None if self.run_cache is None else self.run_cache.runs_of,
             cancels=None if self.run_cache is None else self.run_cache.cancels,
             on_launch=self._launched,
+            store_shared=None if sharing is None else lambda: not sharing.strangers,
         )
 
     def _launched(self, ctx: RunContext) -> None:

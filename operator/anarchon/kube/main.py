@@ -1,8 +1,9 @@
 """Wiring: one process = one instance = three watches (jobs, runs, Pods) + the engine's Scheduler.
 
 Every replica is active (the store picks one winner per slot) and writes nothing to a job
-but its status: no annotations, no finalizers, so replicas never fight over an object and a
-job's deletion never waits on a replica. Liveness and readiness are served by :mod:`.health`
+but its status and the trigger it handled (:mod:`.triggers`, a value every replica writes
+alike): no finalizers, so replicas never fight over an object and a job's deletion never
+waits on a replica. Liveness and readiness are served by :mod:`.health`
 from the first moment, before the store answers. SIGTERM and SIGINT hand running attempts
 over (their Pods left running for a backup to adopt) before anything else stops.
 """
@@ -22,6 +23,7 @@ from prometheus_client import start_http_server
 
 from ..engine import Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
+from ..engine.errors import StoreError
 from .client import API_CONCURRENCY, backlog_ms, connect
 from .controller import JobController
 from .events import EventPoster
@@ -32,6 +34,7 @@ from .metrics import Metrics
 from .pods import follower_label
 from .podwatch import PodWatch
 from .runcache import RunCache
+from .sharing import CHECK_EVERY_S, StoreSharing
 
 log = logging.getLogger("anarchon.kube")
 
@@ -69,6 +72,8 @@ class OperatorConfig:
     resync_s: float = 30.0
     #: API requests in flight at most (watches aside); see :data:`.client.API_CONCURRENCY`.
     api_concurrency: int = API_CONCURRENCY
+    #: How often the replica notes itself in its store and checks that the others share it (:mod:`.sharing`).
+    store_check_s: float = CHECK_EVERY_S
     stop_flag: asyncio.Event | None = None
 
 
@@ -113,7 +118,12 @@ async def run_operator(cfg: OperatorConfig) -> None:
     scheduler.lag.add_backlog(backlog_ms)  # a replica whose API requests queue leaves new slots to the others
     pod_watch = PodWatch(kube, cfg.namespaces, follower=follower_label(instance_id))
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
-    controller = JobController(kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s)
+    sharing = StoreSharing(backend, instance_id, run_cache.acted, clock.now_ms, every_s=cfg.store_check_s)
+    metrics.store_not_shared.set_function(lambda: float(len(sharing.strangers)))
+    controller = JobController(
+        kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s, sharing=sharing
+    )
+    sharing.on_change = controller.sharing_changed
     # Before any job is added: jobs come only from the job watch, which starts below.
     listener.bind(controller.specs.get, controller.status.refresh_soon, controller.status.note_missed)
     health = None
@@ -121,7 +131,11 @@ async def run_operator(cfg: OperatorConfig) -> None:
         health = HealthServer(
             backend,
             lambda: scheduler.started,
-            lambda: {"instance": cfg.instance_id, "jobs": len(scheduler.jobs)},
+            lambda: {
+                "instance": cfg.instance_id,
+                "jobs": len(scheduler.jobs),
+                "storeNotSharedWith": sorted(sharing.strangers),
+            },
             cfg.health_port,
         )
         await health.start()
@@ -132,10 +146,15 @@ async def run_operator(cfg: OperatorConfig) -> None:
             await health.stop()
         raise
     gc.freeze()  # what start-up made stays; the collector no longer looks at it (see _tune_gc)
+    try:
+        await sharing.note()  # in the store before any claim: no replica may see us at work unnoted
+    except StoreError as exc:
+        log.warning("noting this replica in the store failed (tried again at each check): %s", exc)
     pod_watch.start()
     run_cache.start()
     job_watch = JobWatch(kube, job_handler(controller), cfg.namespaces)
     job_watch.start()
+    sharing.start()
     resync = asyncio.create_task(controller.resync(), name="anarchon-resync")
     stop = cfg.stop_flag or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -161,6 +180,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         # instead of waiting for the lease to run out.
         await job_watch.stop()
         resync.cancel()
+        await sharing.stop()
         await scheduler.stop(handover=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(controller.status.flush(), FLUSH_S)  # what the job's status still lacks

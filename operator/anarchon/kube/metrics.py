@@ -179,6 +179,12 @@ class Metrics:
         self.pod_watch_up = Gauge(
             "anarchon_pod_watch_up", "1 while the Pod watch is live (else runners poll their Pods)", registry=r
         )
+        self.store_not_shared = Gauge(
+            "anarchon_store_not_shared",
+            "Replicas seen starting runs that this replica's store does not know: above 0, the replicas do not"
+            " share one store (the jobs' Ready condition says StoreNotShared)",
+            registry=r,
+        )
         per_job = ["namespace", "job"]
         self.job_runs = Counter(
             "anarchon_job_runs",

@@ -16,7 +16,10 @@ changes in order, so only equality is checked, never which version is newer).
 
 The watch also tells which replicas are at work: every write of a run's status names its
 replica (``status.instance``), so :meth:`RunCache.heard_from` says when a replica last wrote
-one. Another replica's skip is left to it while it is heard from (see :mod:`.listener`).
+one. Another replica's skip is left to it while it is heard from (see :mod:`.listener`). And
+only a replica itself adds an attempt naming it to a run (or ends a run Skipped in its name),
+each time after its store let it claim or take over the run: :meth:`RunCache.acted` says
+when the watch last delivered such a change by each replica (see :mod:`.sharing`).
 
 The watch also brings a cancel (:data:`.constants.ANNOTATION_CANCEL`) to the runner of the run:
 it registers for the run's :class:`CancelWake` (:meth:`RunCache.cancels`) while its attempt runs,
@@ -51,6 +54,9 @@ WRITTEN_FOR_S = 10.0
 #: is not written again from its store record. Pruned once more than DELETED_KEPT are held.
 DELETED_FOR_S = 600.0
 DELETED_KEPT = 10_000
+#: Replicas whose last act is remembered at most (each rolling restart brings new ids): the
+#: one seen at work longest ago is forgotten first.
+ACTED_KEPT = 1_000
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +75,21 @@ def _version(obj: dict[str, Any]) -> str:
 
 def _job(obj: dict[str, Any]) -> str:
     return str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB, ""))
+
+
+def _actors(old: dict[str, Any] | None, new: dict[str, Any]) -> set[str]:
+    """The replicas that acted in this change of a run: each attempt added names its own replica,
+    and a run that became Skipped names the replica that skipped it."""
+    before, after = (old or {}).get("status") or {}, new.get("status") or {}
+    known = {(a.get("attempt"), a.get("instance")) for a in before.get("attempts") or []}
+    actors = {
+        str(a["instance"])
+        for a in after.get("attempts") or []
+        if a.get("instance") and (a.get("attempt"), a.get("instance")) not in known
+    }
+    if after.get("phase") == "Skipped" and before.get("phase") != "Skipped" and after.get("instance"):
+        actors.add(str(after["instance"]))
+    return actors
 
 
 class CancelWake(asyncio.Event):
@@ -105,6 +126,8 @@ class RunCache(ScopedWatch):
         #: instance id -> when the watch last delivered a run whose status names it (a listing
         #: does not count: it shows what was written, not that its writer is still there).
         self._heard: dict[str, float] = {}
+        #: instance id -> when the watch last delivered an attempt it added, or a slot it skipped.
+        self._acted: dict[str, float] = {}
         #: (namespace, run name) -> the wakes of the attempts running it here (see :meth:`cancels`).
         self._cancels: dict[Key, set[CancelWake]] = {}
 
@@ -174,6 +197,12 @@ class RunCache(ScopedWatch):
         (its status names it); None if never since this replica started."""
         return self._heard.get(instance)
 
+    def acted(self) -> dict[str, float]:
+        """Each replica seen at work, and when (``time.monotonic()``) the watch last delivered an
+        attempt it started or a slot it skipped; not what a listing shows (that was written
+        before, maybe long ago)."""
+        return dict(self._acted)
+
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         key = _key(obj)
         if kind == "DELETED":
@@ -186,8 +215,14 @@ class RunCache(ScopedWatch):
         written = self._written.get(key)
         if written is not None and _version(written[0]) == _version(obj):
             del self._written[key]  # delivered: from now on the watch's copy is as new
+        now = time.monotonic()
         if instance := (obj.get("status") or {}).get("instance"):
-            self._heard[str(instance)] = time.monotonic()
+            self._heard[str(instance)] = now
+        for actor in _actors(self._runs.get(key), obj):
+            self._acted.pop(actor, None)  # to the end: the dict is kept in the order of last acts
+            self._acted[actor] = now
+            if len(self._acted) > ACTED_KEPT:
+                del self._acted[next(iter(self._acted))]
         self._put(obj)
 
     def _put(self, obj: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -60,6 +61,7 @@ from .pods import (
     delete_pod,
     fate_of,
     follow_pod,
+    follower_of,
     pending_for_s,
     pods_of_run,
     read_pod,
@@ -104,6 +106,14 @@ async def _unless_shutdown(ctx: RunContext, work: Coroutine[Any, Any, None]) -> 
         task.cancel()  # only if we were cancelled ourselves: the engine gave up on the attempt
 
 
+@dataclass
+class _Label:
+    """What one follow of a Pod saw of its follower label: ours at some look, and gone from us since."""
+
+    ours: bool = False
+    lost: bool = False
+
+
 class PodRunner:
     """Runs attempts of one AnarchonJob; the controller keeps ``spec`` current."""
 
@@ -118,6 +128,7 @@ class PodRunner:
         on_launch: Callable[[RunContext], None] | None = None,
         wrote: Callable[[dict[str, Any]], None] | None = None,
         runs_of: Callable[[str, str], list[dict[str, Any]] | None] | None = None,
+        store_shared: Callable[[], bool] | None = None,
         cancels: Callable[[str, str], contextlib.AbstractContextManager[CancelWake]] | None = None,
         poll_s: float = 1.0,
         resync_s: float = 30.0,
@@ -130,6 +141,7 @@ class PodRunner:
         self.on_launch = on_launch  # called once a Pod was created (metrics)
         self.wrote = wrote  # told each run object we created or wrote (the run cache)
         self.runs_of = runs_of  # a job's run objects as the run cache has them (None: not live)
+        self.store_shared = store_shared  # False while the store is found not shared (see .sharing)
         self.cancels = cancels  # a run's cancel, as the run cache's watch brings it (see RunCache.cancels)
         self.poll_s = poll_s  # how often a Pod is read when no watch wakes us
         self.resync_s = resync_s  # ... and when one does: a missed event only delays an outcome
@@ -482,6 +494,7 @@ class PodRunner:
         # 3,000 jobs a minute these reads were 6 per run, of runs kept waiting by the backlog.
         resync = False
         past_deadline = False  # the Pod ran past the job's timeout: it was deleted, and is followed to its end
+        label = _Label()  # whether the Pod's follower label was ours, and left us since
         cancel = self._wakes[name]
         while True:
             if ctx.stop.is_set():
@@ -509,7 +522,7 @@ class PodRunner:
                 if view.fate in (PodFate.LIVE, PodFate.LINGERING):
                     # A lingering Pod may still run: the lease is kept, so nobody launches beside it.
                     ctx.set_alive(True)
-                    covered = await self._covered(ctx, spec, view)
+                    covered = await self._covered(ctx, spec, view, label)
                     shown, left_s = await self._pending(ctx, spec, name, view, shown)
                     deadline_s = await self._deadline(ctx, spec, name, view)
                     past_deadline = past_deadline or deadline_s == 0
@@ -613,24 +626,49 @@ class PodRunner:
             await self.events.about(spec, reason=runs.DEADLINE_EXCEEDED, warning=True, message=message)
         return 0.0
 
-    async def _covered(self, ctx: RunContext, spec: JobSpec, view: PodView) -> bool:
+    async def _covered(self, ctx: RunContext, spec: JobSpec, view: PodView, label: _Label) -> bool:
         """Whether our Pod watch delivers the Pod's changes; if it does not (an adopted Pod carries
         the launching replica's follower label), label the Pod as ours first.
 
         The label moves only while this attempt holds the run: a stale runner taking it back
         would leave the holder's watch blind. A failed relabel is tried again at the next look;
         until then the Pod is polled, so a failed call only makes the outcome seen later.
+
+        Once ours, the label is never taken back: if it leaves us while this attempt holds the
+        run, another replica follows the Pod as its holder too, which one shared store never
+        allows (replicas on stores of their own each win every run: see :mod:`.sharing`). Taking
+        it back each time was a war: three such replicas made 1,293 events of one Pod in 10 s.
+        The Pod is polled instead; and once the store is known not to be shared, no label is
+        moved at all.
         """
         watch = self.pod_watch
-        if watch is None or watch.follower is None or watch.covers(view.body):
+        if watch is None or watch.follower is None:
             return True
+        if watch.covers(view.body):
+            label.ours = True
+            return True
+        if self.store_shared is not None and not self.store_shared():
+            return False
+        if label.ours:
+            if not label.lost:
+                label.lost = True
+                log.warning(
+                    "Pod %s/%s is now followed by %s while attempt %d here holds its run: polling it"
+                    " (do the replicas share one store?)",
+                    spec.namespace,
+                    view.name,
+                    follower_of(view.body),
+                    ctx.attempt,
+                )
+            return False
         await _confirm(ctx)
         try:
             # The relabel is an event of our watch: it wakes the interest registered before the read.
-            return await follow_pod(self.kube, spec.namespace, view.name, watch.follower) is not None
+            label.ours = await follow_pod(self.kube, spec.namespace, view.name, watch.follower) is not None
         except Exception as exc:
             log.warning("labelling Pod %s/%s as followed here failed (%s): polling it", spec.namespace, view.name, exc)
             return False
+        return label.ours
 
     async def _pending(
         self, ctx: RunContext, spec: JobSpec, name: str, view: PodView, shown: str | None

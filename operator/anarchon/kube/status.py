@@ -19,6 +19,12 @@ minute, the end of most runs came later than that (their Pods start seconds afte
 1.87 job status writes a run. A stopping replica makes its waiting refreshes at once
 (:meth:`JobStatus.flush`).
 
+A replica that finds its store not shared with the others (:mod:`.sharing`) says so on every
+valid job it schedules: Ready=False, reason StoreNotShared. Replicas may disagree a while (one
+sees it first, one is new), and each would put its own word back at every change of the job:
+so a replica that does not see it leaves another's StoreNotShared alone until it is older than
+the sharing check's window (one that still sees it then writes it again, once).
+
 Two looks cost a store query each and are made less often than that, per job and replica:
 the look for runs that have no object (at most every two resync periods, and a minute;
 its look-back spans more than the time between two looks, so no stretch of records goes
@@ -44,6 +50,7 @@ from .client import Kube, in_background
 from .events import EventPoster
 from .mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
 from .runcache import RunCache
+from .sharing import STORE_NOT_SHARED
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.status")
@@ -78,6 +85,19 @@ def _condition(ctype: str, status: bool, reason: str, message: str, generation: 
     }
 
 
+def _ready(conditions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == "Ready"), None)
+
+
+def _age_s(condition: Mapping[str, Any]) -> float:
+    """Seconds since the condition's lastTransitionTime (infinite if it has none that parses)."""
+    try:
+        since = datetime.fromisoformat(str(condition.get("lastTransitionTime")).replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (datetime.now(UTC) - since).total_seconds()
+
+
 def _same_conditions(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
     def key(c: Mapping[str, Any]) -> tuple[Any, ...]:
         return (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("observedGeneration"))
@@ -96,6 +116,8 @@ class JobStatus:
         run_cache: RunCache | None = None,
         *,
         resync_s: float = 30.0,
+        not_shared: Callable[[], str | None] = lambda: None,
+        not_shared_kept_s: float = 0.0,
         pinned: Callable[[str], Iterable[int]] = lambda key: (),
     ) -> None:
         self.kube = kube
@@ -105,6 +127,14 @@ class JobStatus:
         self.scheduler = scheduler
         self.events = events
         self.run_cache = run_cache
+        #: Why the store is not shared (:meth:`.StoreSharing.message`), None while it is, and how
+        #: long another replica's word on it stands.
+        self.not_shared = not_shared
+        self.not_shared_kept_s = not_shared_kept_s
+        #: The conditions of each job (by engine key) as last seen or written here, and the jobs
+        #: whose StoreNotShared this replica wrote.
+        self._conditions: dict[str, list[dict[str, Any]]] = {}
+        self._said_not_shared: set[str] = set()
         resync_ms = int(resync_s * 1000)
         self.mend_every_ms = min(MEND_MISSING_EVERY_MS, 2 * resync_ms)
         self.prune_every_ms = 10 * resync_ms
@@ -127,6 +157,8 @@ class JobStatus:
         self._looked.pop(key, None)
         self._pruned.pop(key, None)
         self._soon.pop(key, None)
+        self._conditions.pop(key, None)
+        self._said_not_shared.discard(key)
         self._missed.pop(key, None)
         self._missed_seen.pop(key, None)
 
@@ -254,25 +286,17 @@ class JobStatus:
         )
 
     async def valid(self, spec: JobSpec, status: Mapping[str, Any], version: str | None = None) -> None:
-        """The spec runs: Ready (or Suspended), the next schedule time and the SCHEDULE column.
+        """The spec runs: Ready (or Suspended, or StoreNotShared), the next schedule time and the SCHEDULE column.
 
         ``version``: the job's resourceVersion that ``status`` was read from (see the module).
         """
         now = self.scheduler.clock.now_ms()
-        what = f"suspended ({spec.schedule})" if spec.options.suspend else f"{spec.schedule}"
-        conditions = [
-            _condition(
-                "Ready",
-                not spec.options.suspend,
-                "Suspended" if spec.options.suspend else "Scheduled",
-                what,
-                spec.generation,
-            ),
-            _condition("Invalid", False, "Valid", "the spec is valid", spec.generation),
-        ]
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        current = list(status.get("conditions") or [])
+        self._conditions[key] = current
         await self._missed_seen_in(spec, status)
         patch: dict[str, Any] = {}
-        if not _same_conditions(list(status.get("conditions") or []), conditions):
+        if (conditions := self._valid_conditions(spec, current)) is not None:
             patch["conditions"] = conditions
             patch["observedGeneration"] = spec.generation
         if int(status.get("nextSlot") or 0) < now:
@@ -282,8 +306,64 @@ class JobStatus:
             patch.update(nextSlot=next_slot, nextScheduleTime=slot_time(next_slot))
         if status.get("schedule") != (column := schedule_column(spec.schedule)):
             patch["schedule"] = column
-        if patch:
-            await self.kube.patch_job_status(spec.namespace, spec.name, patch, if_version=version)
+        if patch and await self.kube.patch_job_status(spec.namespace, spec.name, patch, if_version=version):
+            self._wrote(key, conditions)
+
+    async def sharing_changed(self, spec: JobSpec) -> bool:
+        """The store was found shared, or not: the job's Ready condition says so now; whether it was written.
+
+        From the conditions last seen, onto whatever version the job has: no change of the job
+        comes to ask for it (the next one would find it written).
+        """
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        conditions = self._valid_conditions(spec, self._conditions.get(key, []))
+        if conditions is None:
+            return False
+        patch = {"conditions": conditions, "observedGeneration": spec.generation}
+        if not await self.kube.patch_job_status(spec.namespace, spec.name, patch):
+            return False
+        self._wrote(key, conditions)
+        return True
+
+    def _wrote(self, key: str, conditions: list[dict[str, Any]] | None) -> None:
+        if conditions is None:
+            return
+        self._conditions[key] = conditions
+        ready = _ready(conditions) or {}
+        if ready.get("reason") == STORE_NOT_SHARED:
+            self._said_not_shared.add(key)
+        else:
+            self._said_not_shared.discard(key)
+
+    def _valid_conditions(self, spec: JobSpec, current: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The conditions of a job whose spec runs, or None when ``current`` says the same already."""
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        was = _ready(current)
+        not_shared_before = (
+            was is not None
+            and was.get("reason") == STORE_NOT_SHARED
+            and was.get("status") == "False"
+            and was.get("observedGeneration") == spec.generation
+        )
+        why = self.not_shared()
+        if spec.options.suspend:
+            ready = _condition("Ready", False, "Suspended", f"suspended ({spec.schedule})", spec.generation)
+        elif was is not None and not_shared_before and why is not None:
+            ready = was  # said already (by us, or another replica in its words)
+        elif was is not None and not_shared_before and key not in self._said_not_shared:
+            # Another replica's word: it stands while fresh. If that replica still sees it, it
+            # writes it again at the job's next change after ours.
+            ready = was if _age_s(was) < self.not_shared_kept_s else self._scheduled(spec)
+        elif why is not None:
+            ready = _condition("Ready", False, STORE_NOT_SHARED, why, spec.generation)
+        else:
+            ready = self._scheduled(spec)
+        conditions = [ready, _condition("Invalid", False, "Valid", "the spec is valid", spec.generation)]
+        return None if _same_conditions(current, conditions) else conditions
+
+    @staticmethod
+    def _scheduled(spec: JobSpec) -> dict[str, Any]:
+        return _condition("Ready", True, "Scheduled", f"{spec.schedule}", spec.generation)
 
     async def refresh(self, spec: JobSpec) -> None:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""

@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
@@ -262,3 +263,40 @@ class NatsBackend(Backend):
             return bool(json.loads(stored.data).get("token") == token)
         except ValueError:
             return False
+
+    def _presence_subject(self, instance: str) -> str:
+        """``<prefix>._presence.<instance>``: two tokens after the prefix, where a job's subject has one."""
+        return f"{self.subject_prefix}._presence.{_subject_token(instance)}"
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        """A message on the instance's own subject of the claim stream (aged out with the claims)."""
+        from nats.errors import Error as NatsError
+
+        js = await self._connected()
+        payload = json.dumps({"instance": instance, "until": now_ms + ttl_ms}).encode()
+        try:
+            await js.publish(self._presence_subject(instance), payload, timeout=self.timeout_s, stream=self.stream)
+        except (TimeoutError, NatsError, OSError) as exc:
+            raise StoreError(f"nats: noting {instance} present failed: {exc}") from exc
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        """The newest message of each instance's subject, one read each."""
+        from nats.errors import Error as NatsError
+        from nats.js.errors import NotFoundError
+
+        js = await self._connected()
+        found = set()
+        for instance in instances:
+            try:
+                stored = await js.get_last_msg(self.stream, self._presence_subject(instance))
+            except NotFoundError:
+                continue
+            except (TimeoutError, NatsError, OSError) as exc:
+                raise StoreError(f"nats: reading the presence of {instance} failed: {exc}") from exc
+            try:
+                record = json.loads(stored.data or b"{}")
+            except ValueError:
+                continue
+            if record.get("instance") == instance and int(record.get("until") or 0) > now_ms:
+                found.add(instance)
+        return found

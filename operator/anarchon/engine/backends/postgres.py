@@ -117,6 +117,10 @@ CREATE TABLE IF NOT EXISTS {served} (
     at bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {served_index} ON {served} (at);
+CREATE TABLE IF NOT EXISTS {presence} (
+    instance text PRIMARY KEY,
+    until bigint NOT NULL
+);
 
 -- transitions._close_attempt: end the last attempt if it is still open.
 CREATE OR REPLACE FUNCTION {close_fn}(p_attempts jsonb, p_now bigint, p_outcome text, p_error text)
@@ -332,6 +336,7 @@ class PostgresBackend(LeaseBackend):
         schedules = table.removesuffix("_runs") + "_schedules" if table.endswith("_runs") else f"{table}_schedules"
         self.schedules_table = schedules
         served = table.removesuffix("_runs") + "_served" if table.endswith("_runs") else f"{table}_served"
+        presence = table.removesuffix("_runs") + "_presence" if table.endswith("_runs") else f"{table}_presence"
 
         ident = sql.Identifier
         names = {
@@ -339,6 +344,7 @@ class PostgresBackend(LeaseBackend):
             "schedules": ident(schedules),
             "served": ident(served),
             "served_index": ident(f"{served}_at"),
+            "presence": ident(presence),
             "active_index": ident(f"{table}_active"),
             "lease_index": ident(f"{table}_lease"),
             # Versioned, so that during a rolling upgrade old and new instances can call
@@ -360,7 +366,7 @@ class PostgresBackend(LeaseBackend):
         self._q_schema = sql.SQL(_SCHEMA).format(**names, **pieces).as_bytes(None)
         # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
         # like every query here).
-        relations = ("runs", "schedules", "active_index", "lease_index", "served", "served_index")
+        relations = ("runs", "schedules", "active_index", "lease_index", "served", "served_index", "presence")
         functions = ("close_fn", "claim_fn", "claim_many_fn", "takeover_fn")
         self._schema_objects = tuple(names[key].as_string(None) for key in (*relations, *functions))
         self._q_schema_exists = (
@@ -423,6 +429,13 @@ class PostgresBackend(LeaseBackend):
             " s AS (DELETE FROM {schedules} WHERE job IN (SELECT job FROM gone))"
             " SELECT job FROM gone"
         )
+        # One statement: the records that ran out go (ours is written anew whatever its age).
+        self._q_note_presence = q(
+            "WITH gone AS (DELETE FROM {presence} WHERE until < %s AND instance <> %s)"
+            " INSERT INTO {presence} (instance, until) VALUES (%s, %s)"
+            " ON CONFLICT (instance) DO UPDATE SET until = EXCLUDED.until"
+        )
+        self._q_present = q("SELECT instance FROM {presence} WHERE instance = ANY(%s::text[]) AND until > %s")
         # Replace the fingerprint only when it changed; the WHERE is re-checked after a
         # concurrent upsert of the same job, so racing instances agree on one ``since``.
         self._q_schedule_upsert = q(
@@ -694,3 +707,11 @@ class PostgresBackend(LeaseBackend):
 
     async def forget_unserved(self, before_ms: int) -> list[str]:
         return [str(row[0]) for row in await self._rows(self._q_forget_unserved, (before_ms,))]
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        await self._rowcount(self._q_note_presence, (now_ms, instance, instance, now_ms + ttl_ms))
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        if not instances:
+            return set()
+        return {str(row[0]) for row in await self._rows(self._q_present, (list(instances), now_ms))}

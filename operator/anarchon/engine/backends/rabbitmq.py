@@ -67,7 +67,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
@@ -282,3 +282,51 @@ class RabbitMQBackend(Backend):
             stage = "after its publish, outcome unknown" if published else "before its publish"
             raise StoreError(f"rabbitmq: claim of {request.job}@{request.slot} failed {stage}: {exc}") from exc
         return claim_only_win(request)
+
+    def presence_queue(self, instance: str) -> str:
+        """``<prefix>:presence.<instance>``: a colon after the prefix, where a claim queue has a dot."""
+        name = f"{self.queue_prefix}:presence.{instance}"
+        if _QUEUE_NAME.match(name) and len(name) <= _MAX_QUEUE_NAME:
+            return name
+        return f"{self.queue_prefix}:presence.h{hashlib.sha256(instance.encode()).hexdigest()}"
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        """An empty queue of the instance's own that the broker deletes ``ttl_ms`` after its last declare.
+
+        AMQP cannot list queues, but it can ask for one by name (:meth:`present`), and a declare
+        renews ``x-expires``. The broker's clock times the record: ``now_ms`` is not consulted.
+        A queue declared before with another ``ttl_ms`` is refused (PRECONDITION_FAILED): it is
+        the instance's own, so it is deleted and declared anew.
+        """
+        from aio_pika.exceptions import AMQPError, ChannelPreconditionFailed
+
+        name = self.presence_queue(instance)
+        arguments: dict[str, Any] = {"x-expires": max(1, int(ttl_ms)), "x-queue-type": "classic"}
+        for first in (True, False):
+            try:
+                async with self._channel() as channel:
+                    await channel.declare_queue(name, durable=False, arguments=arguments, timeout=self.timeout_s)
+                return
+            except ChannelPreconditionFailed:
+                if not first:
+                    raise StoreError(f"rabbitmq: presence queue {name} keeps other arguments") from None
+                async with self._channel() as channel:
+                    await channel.queue_delete(name, timeout=self.timeout_s)
+            except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+                raise StoreError(f"rabbitmq: noting {instance} present failed: {exc}") from exc
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        """Those whose presence queue exists: a passive declare each (a missing one closes its channel)."""
+        from aio_pika.exceptions import AMQPError, ChannelNotFoundEntity
+
+        found = set()
+        for instance in instances:
+            try:
+                async with self._channel() as channel:
+                    await channel.declare_queue(self.presence_queue(instance), passive=True, timeout=self.timeout_s)
+            except ChannelNotFoundEntity:
+                continue
+            except (TimeoutError, AMQPError, OSError, RuntimeError) as exc:
+                raise StoreError(f"rabbitmq: reading the presence of {instance} failed: {exc}") from exc
+            found.add(instance)
+        return found

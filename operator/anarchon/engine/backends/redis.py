@@ -69,6 +69,7 @@ from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
 from ..batch import Coalescer
 from ..errors import ConfigError, StoreError, StoreLostState
 from ..model import Attempt, ClaimOutcome, ClaimResult, Run, RunState, token_hash
+from . import _redis_presence as _presence
 
 T = TypeVar("T")
 
@@ -645,6 +646,10 @@ class RedisBackend(LeaseBackend):
         """``P:served``: when each job was last noted served (see :meth:`forget_unserved`)."""
         return f"{self.prefix}:served"
 
+    def presence_key(self) -> str:
+        """``P:presence``: the instances using this store, by when their record runs out."""
+        return f"{self.prefix}:presence"
+
     def leases_key(self) -> str:
         """``P:leases``: every job's active runs by when their lease ends (the backups' sweep)."""
         return f"{self.prefix}:leases"
@@ -978,3 +983,9 @@ class RedisBackend(LeaseBackend):
         for job in gone:
             await self.forget_job(job)
         return gone
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        await self._call(lambda: _presence.note(self._client, self.presence_key(), instance, now_ms, ttl_ms))
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        return await self._call(lambda: _presence.present(self._client, self.presence_key(), instances, now_ms))

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..backend import Backend, Capabilities, ClaimRequest, claim_only_win
 from ..errors import ConfigError, StoreError
 from ..model import ClaimOutcome, ClaimResult
+from . import _redis_presence as _presence
 from ._urls import redact
 
 if TYPE_CHECKING:
@@ -237,6 +238,22 @@ class _RedisClaimBackend(Backend):
 
     async def _claim(self, request: ClaimRequest) -> ClaimResult:
         raise NotImplementedError
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        from redis.exceptions import RedisError
+
+        try:
+            await _presence.note(self.redis, f"{self.prefix}:presence", instance, now_ms, ttl_ms)
+        except RedisError as exc:
+            raise StoreError(f"{self.scheme}: noting {instance} present failed: {exc}") from exc
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        from redis.exceptions import RedisError
+
+        try:
+            return await _presence.present(self.redis, f"{self.prefix}:presence", instances, now_ms)
+        except RedisError as exc:
+            raise StoreError(f"{self.scheme}: reading presence failed: {exc}") from exc
 
 
 class RedisScriptBackend(_RedisClaimBackend):

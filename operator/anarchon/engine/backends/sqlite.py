@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS anarchon_served (
     at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS anarchon_served_at ON anarchon_served (at);
+CREATE TABLE IF NOT EXISTS anarchon_presence (
+    instance TEXT PRIMARY KEY,
+    until INTEGER NOT NULL
+);
 """
 
 _COLUMNS = "job, slot, state, attempt, instance, token, lease_until, created, updated, error, attempts"
@@ -376,3 +380,21 @@ class SqliteBackend(LeaseBackend):
             return gone
 
         return await self._call(self._tx(work))
+
+    async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM anarchon_presence WHERE until < ?", (now_ms,))
+            conn.execute(
+                "INSERT OR REPLACE INTO anarchon_presence (instance, until) VALUES (?, ?)", (instance, now_ms + ttl_ms)
+            )
+
+        await self._call(self._tx(work))
+
+    async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
+        def work() -> set[str]:
+            marks = ",".join("?" * len(instances))
+            query = f"SELECT instance FROM anarchon_presence WHERE until > ? AND instance IN ({marks})"
+            rows = self._conn_or_fail().execute(query, (now_ms, *instances)).fetchall()
+            return {str(row[0]) for row in rows}
+
+        return await self._call(work) if instances else set()

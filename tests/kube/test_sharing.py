@@ -1,0 +1,171 @@
+"""StoreSharing's judgement, check by check, on real stores: who is a stranger, and who never is.
+
+The replicas' acts (what the run cache saw: anarchon.kube.runcache) are given by hand and the
+checks' clock is a counter, so each rule is shown at the check where it applies; the presence
+records are real, in real stores (SQLite files, Redis databases). The operator tests
+(tests/operator/test_sharing.py) show the whole of it with replicas at work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from controlplane import ControlPlane
+
+from anarchon.engine import Backend, Scheduler
+from anarchon.engine.backends import from_url
+from anarchon.kube.constants import GROUP, JOB_KIND, JOBS, VERSION
+from anarchon.kube.events import EventPoster
+from anarchon.kube.sharing import STORE_NOT_SHARED, STRIKES, WINDOW_PERIODS, StoreSharing
+from anarchon.kube.spec import parse_job
+from anarchon.kube.status import JobStatus
+
+EVERY_S = 10.0
+
+
+class Replica:
+    """One replica's StoreSharing, its checks one period apart on a clock the test moves."""
+
+    def __init__(self, store: Backend, name: str, acted: dict[str, float], clock: list[float]) -> None:
+        self.changes = 0
+        self.sharing = StoreSharing(
+            store,
+            name,
+            lambda: acted,
+            lambda: int(time.time() * 1000),
+            every_s=EVERY_S,
+            on_change=self._changed,
+            monotonic=lambda: clock[0],
+        )
+
+    def _changed(self) -> None:
+        self.changes += 1
+
+    async def check(self) -> frozenset[str]:
+        await self.sharing.check()
+        return self.sharing.strangers
+
+
+@pytest.fixture
+async def stores(tmp_path: Path) -> AsyncIterator[tuple[Backend, Backend]]:
+    """Two SQLite files: two stores that know nothing of each other."""
+    a, b = from_url(f"sqlite://{tmp_path / 'a.db'}"), from_url(f"sqlite://{tmp_path / 'b.db'}")
+    await a.setup()
+    await b.setup()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+async def test_a_replica_at_work_on_another_store_becomes_a_stranger_then_goes(
+    stores: tuple[Backend, Backend],
+) -> None:
+    a, b = stores
+    clock, acted = [0.0], {}
+    me, other = Replica(a, "me", acted, clock), Replica(b, "other", {}, clock)
+    window = EVERY_S * WINDOW_PERIODS
+    # The first window: "other" is at work at every check, but nobody is judged yet (an older
+    # version during an upgrade notes itself nowhere, and is gone by the window's end).
+    while clock[0] <= window:
+        acted["other"] = clock[0]
+        await other.check()
+        assert await me.check() == frozenset(), clock[0]
+        clock[0] += EVERY_S
+    # Then it is: absent from the store at STRIKES checks in a row while it goes on.
+    for _ in range(STRIKES - 1):
+        acted["other"] = clock[0]
+        assert await me.check() == frozenset()
+        clock[0] += EVERY_S
+    acted["other"] = clock[0]
+    assert await me.check() == {"other"}
+    assert me.changes == 1
+    assert me.sharing.message() is not None and "other" in (me.sharing.message() or "")
+    # Not seen at work for a window: gone (scaled down), or quiet: no more a stranger.
+    clock[0] += window + EVERY_S
+    assert await me.check() == frozenset()
+    assert me.changes == 2 and me.sharing.message() is None
+
+
+async def test_a_replica_sharing_the_store_is_never_a_stranger(stores: tuple[Backend, Backend]) -> None:
+    a, _ = stores
+    clock, acted = [0.0], {}
+    me, peer = Replica(a, "me", acted, clock), Replica(a, "peer", {}, clock)
+    for _ in range(3 * WINDOW_PERIODS):
+        acted["peer"] = clock[0]
+        await peer.check()
+        assert await me.check() == frozenset()
+        clock[0] += EVERY_S
+    assert me.changes == 0
+
+
+async def test_a_store_that_lost_every_record_makes_no_stranger(redis_url: str) -> None:
+    """A Redis restarted without its data forgets every presence record: a replica at work notes
+    itself again within a period, and one that stopped before (its last act before the loss)
+    stays unjudged; neither is called a stranger."""
+    url = redis_url.rsplit("/", 1)[0] + "/2"
+    store = from_url(url)
+    await store.setup()
+    raw = aioredis.Redis.from_url(url)
+    try:
+        await raw.flushdb()
+        clock, acted = [0.0], {}
+        me, live, dead = (Replica(store, n, acted, clock) for n in ("me", "live", "dead"))
+        window = EVERY_S * WINDOW_PERIODS
+        clock[0] = window + EVERY_S  # past the first window: judging
+        for replica in (me, live, dead):
+            await replica.check()
+        acted["dead"] = clock[0]  # its last act, then it stops
+        await raw.flushdb()  # the restart: every record gone
+        for _ in range(WINDOW_PERIODS):
+            acted["live"] = clock[0]
+            assert await me.check() == frozenset(), clock[0]
+            clock[0] += EVERY_S / 2
+            await live.check()  # it notes itself again within a period
+            clock[0] += EVERY_S / 2
+        assert me.changes == 0
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
+async def test_replicas_that_disagree_do_not_fight_over_ready(
+    crds: ControlPlane, kube: Any, namespace: str, tmp_path: Path
+) -> None:
+    """One replica sees the store not shared, another does not (yet): each would put its own Ready
+    back at every change of the job. The one that does not see it leaves the other's word while it
+    is fresh; the one that said it takes it back itself once it no longer sees it."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": JOB_KIND,
+        "metadata": {"name": "split"},
+        "spec": {"every": "1h", "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    }
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, body)
+    said: list[str | None] = ["the replicas do not share one store: r2 start runs..."]
+    scheduler = Scheduler(from_url(f"sqlite://{tmp_path / 's.db'}"))
+    sees = JobStatus(kube, scheduler, EventPoster(kube), not_shared=lambda: said[0], not_shared_kept_s=3600)
+    sees_not = JobStatus(kube, scheduler, EventPoster(kube), not_shared=lambda: None, not_shared_kept_s=3600)
+
+    async def handle(status: JobStatus) -> tuple[str, str]:
+        """The job's change as a replica's watch hands it over; the job's Ready reason and version after."""
+        job = await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "split")
+        await status.valid(parse_job(job), job.get("status") or {}, job["metadata"]["resourceVersion"])
+        job = await kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "split")
+        ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")
+        return ready["reason"], job["metadata"]["resourceVersion"]
+
+    reason, version = await handle(sees)
+    assert reason == STORE_NOT_SHARED
+    assert await handle(sees_not) == (STORE_NOT_SHARED, version), "another's fresh word stands: no write"
+    assert await handle(sees) == (STORE_NOT_SHARED, version), "said already: no write"
+    sees_not.not_shared_kept_s = 0.0  # now it is old: the one that does not see it says Scheduled
+    reason, version = await handle(sees_not)
+    assert reason == "Scheduled"
+    assert (await handle(sees))[0] == STORE_NOT_SHARED, "the one that sees it says it again, once"
+    said[0] = None  # and once it sees the store shared, it takes its own word back at once
+    assert (await handle(sees))[0] == "Scheduled"
