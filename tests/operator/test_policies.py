@@ -250,8 +250,9 @@ def test_metrics_liveness_and_readiness_endpoints(cluster: Cluster, replicas_fac
     launched = [line for line in text.splitlines() if line.startswith("anarchon_job_pod_delay_seconds_count{")]
     assert launched and float(launched[0].split()[1]) >= 2, launched  # one per first-attempt Pod
     assert "anarchon_runs_given_up_total 0.0" in text
-    assert _get(health, "/healthz") == (200, {"alive": True, "instance": "metrics-0", "jobs": 1})
-    assert _get(health, "/readyz") == (200, {"ready": True, "store": "sqlite", "instance": "metrics-0", "jobs": 1})
+    info = {"instance": "metrics-0", "jobs": 1, "storeNotSharedWith": []}  # no replica outside its store
+    assert _get(health, "/healthz") == (200, {"alive": True, **info})
+    assert _get(health, "/readyz") == (200, {"ready": True, "store": "sqlite", **info})
 
 
 def test_replica_without_its_store_is_alive_but_not_ready(cluster: Cluster, replicas_factory) -> None:
