@@ -42,6 +42,17 @@ def request_timeout_arg(value: str) -> float | None:
     return ms / 1000 if ms > 0 else None
 
 
+#: The most times or slots one listing shows (``next -c``, ``why --last``).
+MAX_COUNT: Final = 1000
+
+
+def count_arg(value: str) -> int:
+    """A count flag: ASCII digits, from 1 to MAX_COUNT."""
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a number from 1 to {MAX_COUNT}, got {value!r}")
+    return int(value)
+
+
 def add_kube_args(parser: argparse.ArgumentParser) -> None:
     """The flags of every verb that talks to the API server: ``-n`` is the namespace in each of them."""
     parser.add_argument("--namespace", "-n", help="the job's namespace (default: the kubeconfig context's)")

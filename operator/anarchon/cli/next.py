@@ -11,18 +11,12 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import Failure, add_kube_args, default_namespace, read_job, report, time_arg, with_kube
+from .common import Failure, add_kube_args, count_arg, default_namespace, read_job, report, time_arg, with_kube
 from .manifests import read
 from .output import add_output_arg, dump, table
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
-
-
-def _count(value: str) -> int:
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 1000:
-        raise argparse.ArgumentTypeError(f"must be a number from 1 to 1000, got {value!r}")
-    return int(value)
 
 
 def _next(label: str, body: dict[str, Any], after_ms: int, count: int) -> dict[str, Any]:
@@ -85,7 +79,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     nx = sub.add_parser("next", help="a job's next times in its zone, clock changes marked (FILE offline, or JOB)")
     nx.add_argument("target", metavar="FILE|JOB", help="a YAML file of AnarchonJobs, or a job's name")
     # -n is the namespace, as in every verb; the count is -c.
-    nx.add_argument("--count", "-c", type=_count, default=10, help="how many times (default 10)")
+    nx.add_argument("--count", "-c", type=count_arg, default=10, help="how many times (default 10)")
     nx.add_argument("--after", help="times after this one: RFC3339 or ms since the epoch (default: now)")
     add_kube_args(nx)
     add_output_arg(nx)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .common import Failure, add_kube_args, read_job, report, time_arg, with_kube
+from .common import Failure, add_kube_args, count_arg, read_job, report, time_arg, with_kube
 from .output import add_output_arg, dump, table
 
 if TYPE_CHECKING:
@@ -22,25 +21,12 @@ if TYPE_CHECKING:
     from ..kube.missed import Window
     from ..kube.spec import JobSpec
 
-#: The most slots one question covers.
-MAX_LAST = 1000
-
-
-def _last(value: str) -> int:
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_LAST:
-        raise argparse.ArgumentTypeError(f"must be a number from 1 to {MAX_LAST}, got {value!r}")
-    return int(value)
-
-
-def _ms(rfc3339: str | None) -> int | None:
-    if not rfc3339:
-        return None
-    return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000)
-
 
 def _after(slot: int, rfc3339: str | None) -> str | None:
     """How long after the slot a time was, to the second the API server keeps: ``+2s``, ``<1s``."""
-    t = _ms(rfc3339)
+    from ..kube.spec import ms_of
+
+    t = ms_of(rfc3339)
     if t is None:
         return None
     return "<1s" if t - slot < 1000 else f"+{(t - slot) // 1000}s"
@@ -107,9 +93,10 @@ def _not_run(
 ) -> dict[str, Any]:
     """A slot without a run: the first of the job's facts that explains it."""
     from ..kube.constants import ANNOTATION_SUSPEND_REASON
+    from ..kube.spec import ms_of
 
     record: dict[str, Any] = {"run": None}
-    created = _ms(job["metadata"].get("creationTimestamp"))
+    created = ms_of(job["metadata"].get("creationTimestamp"))
     if slot > now_ms:
         return {**record, "verdict": "not yet due", "why": "the slot is in the future"}
     window = next((w for w in windows if w.first_ms <= slot <= w.last_ms), None)
@@ -126,7 +113,7 @@ def _not_run(
     if invalid is not None and invalid.get("status") == "True":
         return {**record, "verdict": "invalid", "why": f"the job's spec is invalid: {invalid.get('message')}"}
     ready = _condition(job, "Ready")
-    since = _ms(ready.get("lastTransitionTime")) if ready else None
+    since = ms_of(ready.get("lastTransitionTime")) if ready else None
     if spec is not None and spec.options.suspend and (since is None or since <= slot):
         reason = (job["metadata"].get("annotations") or {}).get(ANNOTATION_SUSPEND_REASON)
         return {**record, "verdict": "suspended", "why": "the job is suspended" + (f": {reason}" if reason else "")}
@@ -183,15 +170,13 @@ def _slots(job: dict[str, Any], run_objects: list[dict[str, Any]], args: argpars
         after = schedule.next_after(args.slot)
         near = f"the next is {slot_time(after)}" if before is None else f"the one before is {slot_time(before)}"
         raise Failure(f"{slot_time(args.slot)} is not a slot of the job ({schedule}) and no run has it: {near}")
-    due = [now_ms] if schedule.next_after(now_ms - 1) == now_ms else []
-    latest = _last_slots(schedule, now_ms, args.last)
-    slots = sorted({*latest, *due})[-args.last :]
+    slots = _last_slots(schedule, now_ms, args.last)  # a slot due at now_ms included
     first = slots[0] if slots else now_ms
     return sorted({*slots, *(s for s in run_slots if first <= s <= now_ms)})
 
 
 def _last_slots(schedule: Any, now_ms: int, count: int) -> list[int]:
-    """The ``count`` latest slots at or before ``now_ms``: found by stepping back in doubling spans."""
+    """The ``count`` latest slots at or before ``now_ms``: found by stepping back in spans four times longer each."""
     from ..engine.schedule import slots_between
 
     span = 60_000
@@ -241,7 +226,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     which.add_argument("--slot", metavar="TIME", help="one slot: RFC3339, or ms since the epoch")
     which.add_argument(
         "--last",
-        type=_last,
+        type=count_arg,
         default=5,
         metavar="N",
         help="the N latest due slots, and the manual runs among them (default 5)",

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import islice
 from typing import Any
 
 from ..engine import Schedule
 from ..engine.schedule import slots_between
 from .constants import MISSED_WINDOWS_KEPT
-from .spec import slot_time
+from .spec import ms_of, slot_time
 
 #: The engine's words for a miss, and the reason kept on the job for each (first match wins).
 _REASONS = (
@@ -64,8 +63,11 @@ def window(slots: Sequence[int], message: str) -> Window:
     return Window(slots[0], slots[-1], len(slots), reason_of(message), message)
 
 
-def _ms(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+def _required_ms(text: object) -> int:
+    ms = ms_of(str(text))
+    if ms is None:
+        raise ValueError("no time")
+    return ms
 
 
 def from_status(status: Mapping[str, Any]) -> list[Window]:
@@ -75,8 +77,8 @@ def from_status(status: Mapping[str, Any]) -> list[Window]:
         try:
             windows.append(
                 Window(
-                    _ms(str(entry["from"])),
-                    _ms(str(entry["to"])),
+                    _required_ms(entry["from"]),
+                    _required_ms(entry["to"]),
                     int(entry.get("count") or 1),
                     str(entry.get("reason") or "Missed"),
                     str(entry.get("message") or ""),

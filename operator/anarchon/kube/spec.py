@@ -570,6 +570,13 @@ def engine_key(namespace: str, name: str, uid: str) -> str:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def ms_of(rfc3339: str | None) -> int | None:
+    """A time the API server wrote (RFC3339), as ms since the epoch: :func:`slot_time`'s inverse."""
+    if not rfc3339:
+        return None
+    return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def slot_time(slot_ms: int) -> str:
     """A slot as RFC3339 in UTC with ``Z``; milliseconds only when the slot has some.
 

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from ..kube.spec import ms_of
+
 WIDTH = 1200
 LABEL_W = 170
 LANE_H = 14
@@ -29,13 +31,6 @@ _STEPS = [
     s * 1000
     for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
 ]
-
-
-def ms_of(rfc3339: str | None) -> int | None:
-    """An RFC3339 time the API server wrote, as ms since the epoch."""
-    if not rfc3339:
-        return None
-    return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def utc_text(ms: int, step_ms: int = 1000) -> str:
