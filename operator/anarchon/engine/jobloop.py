@@ -154,7 +154,7 @@ class JobLoop:
         self._taken: dict[int, int] = {}
         #: The store's last loss of state this loop acted on (:meth:`LeaseBackend.lost_since`).
         self._loss_seen_ms: int | None = None
-        self._recovery: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Future[None] | None = None
 
     @property
     def job(self) -> Job:
@@ -492,10 +492,7 @@ class JobLoop:
         self._loss_seen_ms = since_ms
         self._held_until_ms = max(self._held_until_ms, since_ms + self._opts.lease_ms)
         if not self._stopping:
-            self._recovery = asyncio.ensure_future(self._recover(since_ms))
-            self._recovery.set_name(f"anarchon-recover:{self._job.name}")
-            self._tasks.add(self._recovery)
-            self._recovery.add_done_callback(self._task_done)
+            self._recovery = self._spawn(self._recover(since_ms), f"anarchon-recover:{self._job.name}")
 
     async def _recover(self, since_ms: int) -> None:
         """After a loss of the store's state: what only this loop remembers goes back in.
@@ -662,11 +659,12 @@ class JobLoop:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[object], name: str) -> None:
+    def _spawn(self, coro: Awaitable[T], name: str) -> asyncio.Future[T]:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
