@@ -337,12 +337,13 @@ class JobLoop:
     async def _start_cursor(self, why: str = "missed while no instance ran") -> int:
         """Where the slot loop starts (or resumes): now, after catching up on missed slots per policy.
 
-        A suspended job catches nothing up: its missed slots wait for the resume.
+        A suspended job catches nothing up: its missed slots wait for the resume. Under catch-up
+        None the missed slots are still reported: ``anarchon why`` must be able to say why.
         """
         now = self.clock.now_ms()
         since = await self._note_schedule()
         opts = self._opts
-        if not isinstance(self.backend, LeaseBackend) or opts.catch_up is CatchUp.NONE or opts.suspend:
+        if not isinstance(self.backend, LeaseBackend) or opts.suspend:
             return now
         backend = self.backend
         job = self._job
