@@ -63,6 +63,11 @@ REFRESH_AFTER_START_S = 30.0
 REFRESH_AFTER_END_S = 1.0
 #: How many writes a missed window gets before it is given up unseen (a CRD without the field prunes it).
 MISSED_WRITES_AT_MOST = 5
+#: A refresh that failed while it carried missed windows is made again this long after (doubled
+#: at each failure, up to the most): only this replica knows them, and the job's next run may be
+#: a day away.
+MISSED_RETRY_FIRST_S = 1.0
+MISSED_RETRY_MOST_S = 60.0
 
 
 @dataclass
@@ -151,6 +156,7 @@ class JobStatus:
         #: the writes they had; and the windows the status held when last seen (by engine key).
         self._missed: dict[str, tuple[list[missed.Window], int]] = {}
         self._missed_seen: dict[str, list[missed.Window]] = {}
+        self._missed_failures: dict[str, int] = {}  # refreshes in a row that failed with windows pending
 
     def forget(self, key: str) -> None:
         """The job is gone."""
@@ -161,6 +167,7 @@ class JobStatus:
         self._said_not_shared.discard(key)
         self._missed.pop(key, None)
         self._missed_seen.pop(key, None)
+        self._missed_failures.pop(key, None)
 
     async def note_missed(self, spec: JobSpec, slots: list[int], message: str) -> None:
         """Slots the engine reported missed: their window goes into the job's status at the next refresh."""
@@ -184,9 +191,12 @@ class JobStatus:
     async def refresh_soon(self, spec: JobSpec, ended: bool = True) -> None:
         """Refresh the job's status soon, once for all its changes until then: within
         REFRESH_AFTER_END_S, or (a run started: ``ended=False``) REFRESH_AFTER_START_S."""
+        self._refresh_in(spec, REFRESH_AFTER_END_S if ended else REFRESH_AFTER_START_S)
+
+    def _refresh_in(self, spec: JobSpec, delay_s: float) -> None:
         key = engine_key(spec.namespace, spec.name, spec.uid)
         self._soon[key] = spec
-        due = asyncio.get_running_loop().time() + (REFRESH_AFTER_END_S if ended else REFRESH_AFTER_START_S)
+        due = asyncio.get_running_loop().time() + delay_s
         wait = self._waits.get(key)
         if wait is None:
             wait = self._waits[key] = _Wait(due)
@@ -211,6 +221,11 @@ class JobStatus:
             await in_background(self.refresh(spec))
         except Exception as exc:
             log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
+            if key in self._missed and not self._flushing:
+                failures = self._missed_failures[key] = self._missed_failures.get(key, 0) + 1
+                self._refresh_in(spec, min(MISSED_RETRY_MOST_S, MISSED_RETRY_FIRST_S * 2 ** (failures - 1)))
+        else:
+            self._missed_failures.pop(key, None)
 
     async def flush(self) -> None:
         """Make the waiting refreshes now: a stopping replica's would otherwise wait for the job's next run."""
@@ -399,8 +414,9 @@ class JobStatus:
         if (pending := self._missed.get(key)) is not None:
             windows = missed.merged(self._missed_seen.get(key, []), pending[0], spec.schedule)
             patch["missed"] = [w.record() for w in windows]
-            self._missed[key] = (pending[0], pending[1] + 1)
         await self.kube.patch_job_status(spec.namespace, spec.name, patch)
+        if pending is not None and self._missed.get(key, (None, 0))[0] is pending[0]:
+            self._missed[key] = (pending[0], pending[1] + 1)  # a write made (a new window since starts over)
         await self._enforce_history(spec, items)
 
     async def resync(self, spec: JobSpec) -> None:
