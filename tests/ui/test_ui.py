@@ -7,7 +7,6 @@ cancel) and ``big`` (1,000 ended runs written through the API: the timeline at s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -25,12 +24,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from anarchon.kube.constants import MERGE
-from anarchon.kube.spec import run_name, slot_time
 from tests.k8s.fixtures import wait_for
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 
 from .conftest import UiServer
+from .fake import fake_run, write_runs
 
 BIG_RUNS = 1000
 MINUTE_MS = 60_000
@@ -45,72 +43,6 @@ class Site:
     @property
     def namespace(self) -> str:
         return self.cluster.namespace
-
-
-def _big_run(namespace: str, slot: int, i: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run of ``big`` and its status: 8 in 10 Succeeded (one in 50 after a takeover), 1 Failed
-    after a retry, 1 Skipped."""
-    name = run_name("big", slot)
-    start, end = slot_time(slot + 1500), slot_time(slot + 20_000)
-    body = {
-        "apiVersion": "anarchon.io/v1alpha1",
-        "kind": "AnarchonRun",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"anarchon.io/job": "big", "app.kubernetes.io/managed-by": "anarchon"},
-        },
-        "spec": {"job": "big", "slot": slot, "slotTime": slot_time(slot), "trigger": "Schedule"},
-    }
-    if i % 10 == 8:
-        return body, {"phase": "Skipped", "attempt": 0, "instance": "replica-x", "finishTime": start}
-    phase = "Failed" if i % 10 == 9 else "Succeeded"
-    attempts = [{"attempt": 1, "instance": "replica-x", "launched": True, "podName": name, "startTime": start}]
-    if i % 50 == 0:
-        attempts.append({"attempt": 2, "instance": "replica-y", "adopted": True, "startTime": slot_time(slot + 9000)})
-    attempts[-1] |= {"outcome": phase, "finishTime": end}
-    tries = [{"try": 1, "podName": name, "outcome": phase, "startTime": start, "finishTime": end}]
-    if phase == "Failed":
-        tries[0]["outcome"] = "Failed"
-        tries.append({"try": 2, "podName": f"{name}-r1", "outcome": "Failed", "startTime": slot_time(slot + 10_000)})
-        tries[-1]["finishTime"] = end
-    status = {
-        "phase": phase,
-        "attempt": len(attempts),
-        "instance": attempts[-1]["instance"],
-        "takeovers": len(attempts) - 1,
-        "try": len(tries),
-        "tries": tries,
-        "attempts": attempts,
-        "startTime": start,
-        "finishTime": end,
-        "message": "exit code 1" if phase == "Failed" else "",
-    }
-    return body, status
-
-
-def _write_big_runs(kubeconfig: Path, namespace: str, slots: list[int]) -> None:
-    """Create the runs and write their status, over one client's kept-alive connections."""
-    from anarchon.kube.client import connect, path
-
-    async def write_all() -> None:
-        kube = await connect(str(kubeconfig))
-        turns = asyncio.Semaphore(16)
-
-        async def write(i: int, slot: int) -> None:
-            body, status = _big_run(namespace, slot, i)
-            name = body["metadata"]["name"]
-            async with turns:
-                await kube.request("POST", path("anarchonruns", namespace), body)
-                where = path("anarchonruns", namespace, name, "status")
-                await kube.request("PATCH", where, {"status": status}, content_type=MERGE)
-
-        try:
-            await asyncio.gather(*(write(i, slot) for i, slot in enumerate(slots)))
-        finally:
-            await kube.close()
-
-    asyncio.run(write_all())
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +60,7 @@ def site(control_plane: Any, ui_cluster: Cluster, ui_replicas: Replicas) -> Iter
     now = time.time_ns() // 1_000_000
     slots = [(now // MINUTE_MS - BIG_RUNS + i) * MINUTE_MS for i in range(BIG_RUNS)]
     t0 = time.monotonic()
-    _write_big_runs(control_plane.kubeconfig, cluster.namespace, slots)
+    write_runs(control_plane.kubeconfig, [fake_run(cluster.namespace, "big", slot, i) for i, slot in enumerate(slots)])
     print(f"{BIG_RUNS} runs written in {time.monotonic() - t0:.1f}s")
     ui = UiServer(control_plane.kubeconfig, "-n", cluster.namespace)
     try:
