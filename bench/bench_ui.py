@@ -310,7 +310,10 @@ def main() -> None:
         start_s = time.monotonic() - t0
         browser = chromium()
         stack.callback(browser.quit)
-        took = f"written in {setup_s:.1f} s; anarchon ui listening after {start_s:.1f} s"
+        took = (
+            f"written in {setup_s:.1f} s; anarchon ui listening after {start_s:.1f} s,"
+            f" its peak RSS then {peak_rss_mb(ui.proc.pid):.0f} MB"
+        )
         run(args, cp, browser, ui, namespace, took)
 
 
