@@ -182,6 +182,42 @@ def test_a_run_that_ends_shows_within_2s_without_reload(site: Site, browser: Web
     assert console_errors(browser) == []
 
 
+#: The element of each id in arguments, and the jobs table, kept in the page to compare later.
+MARK = """window.marked = Array.from(arguments).map(id => document.getElementById(id));
+window.marked.push(document.querySelector('main table.jobs'));"""
+#: Which of them are still the same elements in the page.
+STILL = "return window.marked.map(e => e !== null && document.contains(e))"
+#: The run a row's Last outcome links to ("" if none).
+LAST_RUN = """const link = document.querySelector(`[id="${arguments[0]}"] a[href^="/runs/"]`);
+return link ? link.href : ''"""
+#: The rows the server answers for the ids in arguments[0].
+ROWS_OF = """return fetch('/', {headers: {'X-Anarchon-Fragment': 'rows', 'X-Anarchon-Rows': arguments[0]}})
+.then(r => r.text())"""
+
+
+def test_a_change_refreshes_only_its_row_of_the_jobs_page(site: Site, browser: WebDriver) -> None:
+    """A run of tick ends: tick's row alone is fetched again, the other rows and the table stay
+    (a table of 1,000 jobs is not sent again for each change); a job that comes or goes
+    refreshes the whole table."""
+    ns = site.namespace
+    tick, nightly = f"job:{ns}/tick", f"job:{ns}/nightly"
+    browser.get(site.ui.url + "/")
+    wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
+    assert browser.find_elements(By.ID, tick) and browser.find_elements(By.ID, nightly), "rows named by their job"
+    browser.execute_script(MARK, tick, nightly)
+    last = browser.execute_script(LAST_RUN, tick)
+    wait("a newer run of tick on its row", lambda: browser.execute_script(LAST_RUN, tick) not in ("", last))
+    assert browser.execute_script(STILL) == [False, True, True]  # tick's row replaced, nothing else
+    assert browser.execute_script("return document.body.dataset.refreshed") is None
+    answer = browser.execute_script(ROWS_OF, f"{tick} job:{ns}/gone job:nonsense")
+    assert answer.startswith(f'<tr id="{tick}"') and answer.count("<tr") == 1, answer[:300]
+    site.cluster.apply(job_manifest("late", cron="0 8 * * *", suspend=True))
+    wait("the new job on the page", lambda: row_of(browser, "late"))
+    site.cluster.kubectl("delete", "anarchonjob", "late", "--wait=false")
+    wait("the job gone from the page", lambda: not row_of(browser, "late"))
+    assert console_errors(browser) == []
+
+
 def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, browser: WebDriver, shots: Path) -> None:
     browser.get(site.ui.url + f"/jobs/{site.namespace}/manual")
     line = confirm(browser, "Trigger now")
