@@ -20,10 +20,13 @@ from typing import Any
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from anarchon.kube.spec import slot_time
 from tests.k8s.fixtures import wait_for
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 
@@ -32,6 +35,8 @@ from .fake import fake_run, write_runs
 
 BIG_RUNS = 1000
 MINUTE_MS = 60_000
+#: big's runs are one a minute but for a window of GAP missed slots before its run GAP_AT.
+GAP_AT, GAP = 975, 3
 
 
 @dataclass
@@ -58,10 +63,18 @@ def site(control_plane: Any, ui_cluster: Cluster, ui_replicas: Replicas) -> Iter
     cluster.apply({"apiVersion": "v1", "kind": "List", "items": jobs})
     ui_replicas.start("replica-a")
     now = time.time_ns() // 1_000_000
-    slots = [(now // MINUTE_MS - BIG_RUNS + i) * MINUTE_MS for i in range(BIG_RUNS)]
+    slots = [(now // MINUTE_MS - BIG_RUNS - GAP + i + GAP * (i >= GAP_AT)) * MINUTE_MS for i in range(BIG_RUNS)]
     t0 = time.monotonic()
-    write_runs(control_plane.kubeconfig, [fake_run(cluster.namespace, "big", slot, i) for i, slot in enumerate(slots)])
+    runs = [
+        fake_run(cluster.namespace, "big", slot, i, "Cancelled" if i % 100 == 55 else None)
+        for i, slot in enumerate(slots)
+    ]
+    write_runs(control_plane.kubeconfig, runs)
     print(f"{BIG_RUNS} runs written in {time.monotonic() - t0:.1f}s")
+    window = {"from": slot_time(slots[GAP_AT - 1] + MINUTE_MS), "to": slot_time(slots[GAP_AT] - MINUTE_MS)}
+    missed = [window | {"count": GAP, "reason": "NoReplica", "message": "no replica ran"}]
+    where = f"/apis/anarchon.io/v1alpha1/namespaces/{cluster.namespace}/anarchonjobs/big/status"
+    control_plane.api("PATCH", where, {"status": {"missed": missed}})
     ui = UiServer(control_plane.kubeconfig, "-n", cluster.namespace)
     try:
         yield Site(cluster, ui, slots)
@@ -151,7 +164,7 @@ def test_jobs_page_shows_each_column_without_console_errors(site: Site, browser:
     tick = row_of(browser, "tick")
     assert "every 2 seconds" in tick and "UTC" in tick, tick
     big = row_of(browser, "big")
-    assert "800/900 (88%)" in big and "none while suspended" in big and "Failed" in big, big
+    assert "790/900 (87%)" in big and "none while suspended" in big and "Failed" in big, big
     # No JavaScript needed for the table: the same rows are in the HTML the server sends.
     assert "every 2 seconds" in browser.execute_script("return fetch('/', {headers: {}}).then(r => r.text())")
     wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
@@ -274,14 +287,75 @@ def test_timeline_draws_1000_runs(site: Site, browser: WebDriver, shots: Path) -
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline polygon.takeover")) == BIG_RUNS // 50
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline polygon.ph-Skipped")) == BIG_RUNS // 10
     print(f"timeline of {BIG_RUNS} runs: {took:.2f}s")
-    # Zoom in: the last hour holds 60 of them.
+    # The last hour: 57 runs and the window of 3 missed slots, a band with its facts.
     last = site.big_slots[-1]
     browser.get(site.ui.url + f"/jobs/{site.namespace}/big?from={last - 59 * MINUTE_MS}&to={last + 30_000}")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.run")) == 60
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.run")) == 60 - GAP
+    bands = browser.execute_script(
+        "return Array.from(document.querySelectorAll('svg rect.missed'), r => r.textContent)"
+    )
+    assert len(bands) == 1 and bands[0].startswith(f"missed {GAP} slot(s) ") and "NoReplica" in bands[0], bands
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline rect.bar.ph-Cancelled")
     shot(browser, shots, "timeline-big-last-hour")
     browser.get(site.ui.url + "/timeline")
     assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.row-label")
     shot(browser, shots, "timeline-namespace")
+    assert console_errors(browser) == []
+
+
+#: The range the timeline shows, as its svg says it: [from, to] in ms.
+SHOWN = "const s = document.querySelector('svg.timeline'); return s ? [+s.dataset.from, +s.dataset.to] : null"
+
+
+def test_timeline_zooms_by_wheel_and_keys_and_pans_by_drag(site: Site, browser: WebDriver) -> None:
+    """Ctrl + wheel zooms about the pointer, a drag pans (and follows no run's link), + and the
+    arrows on the focused timeline do what the links do; each shows the range in place, its URL
+    the links' own."""
+    last = site.big_slots[-1]
+    start, end = last - 59 * MINUTE_MS, last + 60_000
+    page = site.ui.url + f"/jobs/{site.namespace}/big"
+    browser.get(page + f"?from={start}&to={end}")
+    browser.execute_script("window.notReloaded = true")
+    svg = browser.find_element(By.CSS_SELECTOR, "svg.timeline")
+    assert browser.execute_script(SHOWN) == [start, end]
+    plot_x = browser.execute_script(
+        "const s = arguments[0], [x0, x1] = s.dataset.plot.split(' ').map(Number), box = s.getBoundingClientRect();"
+        "return [box.left, box.width / s.viewBox.baseVal.width, x0, x1]",
+        svg,
+    )
+    _, scale, x0, x1 = plot_x
+
+    def moved_from(was: list[int]) -> list[int]:
+        return list(wait("the new range shown", lambda: (r := browser.execute_script(SHOWN)) != was and r))
+
+    # Ctrl + wheel up over the middle of the svg: the time under the pointer stays where it was.
+    middle = start + (svg.size["width"] / 2 / scale - x0) / (x1 - x0) * (end - start)
+    ActionChains(browser).key_down(Keys.CONTROL).scroll_from_origin(ScrollOrigin.from_element(svg), 0, -200).key_up(
+        Keys.CONTROL
+    ).perform()
+    a, b = moved_from([start, end])
+    assert b - a < (end - start) * 0.9, (a, b)
+    assert abs((middle - a) / (b - a) - (middle - start) / (end - start)) < 0.02, (middle, a, b)
+    assert f"from={a}&to={b}" in browser.current_url
+    # A drag 200 px to the left, from a run's bar: later by 200 px' worth, and no run's page.
+    bar = browser.find_elements(By.CSS_SELECTOR, "svg.timeline rect.bar")[3]
+    ActionChains(browser).click_and_hold(bar).move_by_offset(-100, 0).move_by_offset(-100, 0).release().perform()
+    c, d = moved_from([a, b])
+    ms_per_px = (b - a) / ((x1 - x0) * scale)
+    assert abs((c - a) - 200 * ms_per_px) < 10 * ms_per_px and d - c == b - a, (a, b, c, d)
+    assert "/jobs/" in browser.current_url
+    # By keyboard: + halves the range about its middle, ← moves it earlier by half.
+    box = browser.find_element(By.ID, "timeline")
+    box.send_keys("+")
+    e, f = moved_from([c, d])
+    assert (e, f) == (c + (d - c) // 4, d - (d - c) // 4) or abs((f - e) - (d - c) / 2) <= 1, (c, d, e, f)
+    browser.find_element(By.ID, "timeline").send_keys(Keys.ARROW_LEFT)
+    g, h = moved_from([e, f])
+    assert abs((e - g) - (f - e) / 2) <= 1 and h - g == f - e, (e, f, g, h)
+    assert browser.switch_to.active_element.get_attribute("id") == "timeline"  # the focus stays
+    assert browser.execute_script("return window.notReloaded") is True  # all in place
+    browser.back()
+    assert moved_from([g, h]) == [e, f]
     assert console_errors(browser) == []
 
 

@@ -250,6 +250,11 @@ def range_links(base: str, shown: Range, now_ms: int) -> str:
     return f'<nav class="zoom" aria-label="time range">{" ".join(links)}</nav>{form}'
 
 
+#: How to zoom and pan other than by the links: static/ui.js does it (and shows this, hidden without it).
+HINT = (
+    "Ctrl + wheel (or a pinch) zooms about the pointer, a drag pans; "
+    "on the focused timeline, + and - zoom, ← and → pan."
+)
 LEGEND = (
     '<ul class="legend" aria-label="legend">'
     + "".join(
@@ -279,7 +284,11 @@ def timeline_html(views: Sequence[JobView], shown: Range, now_ms: int, *, base: 
         + "</p>"
     )
     svg = timeline.svg(rows, shown.start_ms, shown.end_ms, now_ms)
-    return range_links(base, shown, now_ms) + caption + f'<div class="timeline-box">{svg}</div>' + LEGEND
+    box = (
+        '<div class="timeline-box" id="timeline" tabindex="0" '
+        'aria-label="timeline: + and - zoom, the arrows move earlier and later">'
+    )
+    return range_links(base, shown, now_ms) + caption + f'{box}{svg}</div><p class="hint">{HINT}</p>' + LEGEND
 
 
 def timeline_page(
