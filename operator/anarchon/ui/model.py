@@ -10,7 +10,7 @@ that a page, or one row of it, refreshes only for what it shows.
 What is kept of each object is what the pages read, worked out once per version of it rather
 than at each request: a job's :class:`JobFacts`, a run's record (:func:`run_view`), an Event's
 fields. Listings are read a page at a time, each page reduced so before the next is read: the
-API server's whole answer is never held at once (10,000 runs are some 100 MB as it sends them).
+API server's whole answer (all of 10,000 runs, say) is never held at once.
 
 What the user may not list or watch is kept as the API server's own message (:attr:`Model.errors`),
 shown on every page, rather than an empty table that says nothing.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -292,34 +293,21 @@ class Model:
     def __init__(self, kube: Kube, namespaces: Sequence[str]) -> None:
         self.namespaces = list(namespaces)
         self._subscribers: set[Subscription] = set()
-        self.jobs = Watched(
-            kube,
-            namespaces,
-            resource=JOBS,
-            what="AnarchonJobs",
-            view=job_facts,
-            topics=_job_topics,
-            changed=self.publish,
-        )
-        self.runs = Watched(
-            kube,
-            namespaces,
+        watch = functools.partial(Watched, kube, namespaces, changed=self.publish)
+        self.jobs = watch(resource=JOBS, what="AnarchonJobs", view=job_facts, topics=_job_topics)
+        self.runs = watch(
             resource=RUNS,
             what="AnarchonRuns",
             view=run_view,
             topics=_run_topics,
-            changed=self.publish,
             selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
             group=lambda run: (key_of(run)[0], job_of(run)),
         )
-        self.events = Watched(
-            kube,
-            namespaces,
+        self.events = watch(
             resource="events",
             what="Events",
             view=event_view,
             topics=_event_topics,
-            changed=self.publish,
             keep=_our_event,
             group=lambda event: (key_of(event)[0], str((event.get("involvedObject") or {}).get("name") or "")),
         )
