@@ -5,7 +5,7 @@ attempt, claim, jitter, backend, lease, backup, token).
 """
 
 from .backend import Backend, Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
-from .clock import Clock, LoopClock, ScaledClock, SystemClock
+from .clock import Clock, ScaledClock, SystemClock
 from .durations import format_duration, parse_duration
 from .errors import (
     AnarchonError,
@@ -47,7 +47,6 @@ __all__ = [
     "JobLoop",
     "JobOptions",
     "LeaseBackend",
-    "LoopClock",
     "Overlap",
     "Run",
     "RunCancelled",

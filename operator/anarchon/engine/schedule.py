@@ -36,7 +36,6 @@ whatever the expression; ``tests/engine/test_schedule.py`` bounds the count and
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -301,8 +300,3 @@ def slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> Iterator[
     while slot <= until_ms:
         yield slot
         slot = schedule.next_after(slot)
-
-
-def schedule_hash(schedule: Schedule) -> str:
-    """A short digest of the fingerprint, small enough to store with every run."""
-    return hashlib.sha256(schedule.fingerprint.encode()).hexdigest()[:16]

@@ -434,7 +434,3 @@ async def connect(config_file: str | None = None, *, api_concurrency: int | None
     if api_concurrency is not None:
         _turns[asyncio.get_running_loop()] = _Turns(api_concurrency)
     return Kube(endpoint)
-
-
-def is_status(exc: BaseException, *codes: int) -> bool:
-    return isinstance(exc, ApiException) and exc.status in codes
