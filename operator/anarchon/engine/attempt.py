@@ -113,7 +113,7 @@ class AttemptRunner:
                 clock=self.clock,
                 transient=is_store_error,
                 deadline_ms=lambda: self._lease_until_ms,
-                on_error=lambda exc: self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc)),
+                on_error=lambda exc, _: self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc)),
             )
         except StoreError:
             # Past our lease without an answer: a backup may hold the run now. We cannot
@@ -289,7 +289,7 @@ class AttemptRunner:
         ctx = self.ctx
         errors = 0
 
-        def failed(exc: BaseException) -> None:
+        def failed(exc: BaseException, _wait_ms: int | None) -> None:
             nonlocal errors
             errors += 1
             self.listener.store_error(what, ctx.job, str(exc))

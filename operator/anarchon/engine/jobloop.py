@@ -436,7 +436,7 @@ class JobLoop:
         deadline = slot + opts.claim_retry_ms
         retried = False
 
-        def failed(exc: BaseException) -> None:
+        def failed(exc: BaseException, _wait_ms: int | None) -> None:
             nonlocal retried
             retried = True
             self.listener.store_error("claim", job.name, str(exc))
@@ -677,6 +677,6 @@ class JobLoop:
             op,
             clock=self.clock,
             transient=is_store_error,
-            on_error=lambda exc: self.listener.store_error(what, self._job.name, str(exc)),
-            backoff=Backoff(max_ms=5_000),
+            on_error=lambda exc, _: self.listener.store_error(what, self._job.name, str(exc)),
+            delays=Backoff(max_ms=5_000).delays(),
         )

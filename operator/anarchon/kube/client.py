@@ -273,7 +273,7 @@ async def call(
     def deadline_s() -> float:
         return (deadline - clock.now_ms()) / 1000
 
-    def failed(exc: BaseException) -> None:
+    def failed(exc: BaseException, _wait_ms: int | None) -> None:
         if also is not None and isinstance(exc, also):
             log.debug("%s: %s; trying again", what, exc)
             return

@@ -21,9 +21,10 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from ..engine import Scheduler, SystemClock, default_instance_id, observed
+from ..engine import Clock, Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
 from ..engine.errors import StoreError
+from ..engine.retry import Backoff, retry
 from .client import API_CONCURRENCY, backlog_ms, connect
 from .controller import JobController
 from .events import EventPoster
@@ -38,6 +39,8 @@ from .sharing import CHECK_EVERY_S, StoreSharing
 
 log = logging.getLogger("anarchon.kube")
 
+#: How a replica waits for its store at start: a try within a second, then up to every 15 s.
+STORE_WAIT = Backoff(first_ms=500, max_ms=15_000)
 #: How long a stopping replica spends on the job status writes it still owes, after the hand-over.
 FLUSH_S = 10.0
 #: Container objects allocated (net) between two young collections of the cyclic garbage
@@ -140,7 +143,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         )
         await health.start()
     try:
-        await _until_store_ready(scheduler)
+        await _until_store_ready(scheduler, clock)
     except BaseException:
         if health is not None:
             await health.stop()
@@ -192,14 +195,11 @@ async def run_operator(cfg: OperatorConfig) -> None:
         await kube.close()
 
 
-async def _until_store_ready(scheduler: Scheduler) -> None:
+async def _until_store_ready(scheduler: Scheduler, clock: Clock) -> None:
     """Wait for the store rather than crash-loop when it is not up yet."""
-    delay = 0.5
-    while True:
-        try:
-            await scheduler.start()
-            return
-        except Exception as exc:
-            log.warning("store %s not ready: %s; retrying in %.1fs", scheduler.backend.capabilities.name, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 15)
+
+    def failed(exc: BaseException, wait_ms: int | None) -> None:
+        name = scheduler.backend.capabilities.name
+        log.warning("store %s not ready: %s; retrying in %.1fs", name, exc, (wait_ms or 0) / 1000)
+
+    await retry(scheduler.start, clock=clock, transient=lambda _: True, on_error=failed, delays=STORE_WAIT.delays())
