@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .backend import ClaimRequest, LeaseBackend
+from .backend import ClaimRequest, LeaseStore
 from .clock import Clock
 from .errors import (
     RunCancelled,
@@ -56,7 +56,7 @@ class AttemptRunner:
 
     def __init__(
         self,
-        backend: LeaseBackend,
+        backend: LeaseStore,
         handler: Handler,
         ctx: RunContext,
         options: ResolvedOptions,

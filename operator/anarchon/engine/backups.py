@@ -2,7 +2,7 @@
 
 Every instance is the backup of every other. Once a heartbeat (a random half to whole one,
 so that the instances' looks spread out) it asks the store one question, "which runs' leases
-ran out?" (:meth:`LeaseBackend.expired_runs`, one indexed query across all jobs), and hands
+ran out?" (:meth:`LeaseStore.expired_runs`, one indexed query across all jobs), and hands
 each run of a job it runs to that job's :meth:`JobLoop.take_over`; the store lets one
 instance win each. A lease released on shutdown (a hand-over) is expired at once, so it is
 taken within a heartbeat; a lease left by a dead or frozen instance within a heartbeat of
@@ -20,7 +20,7 @@ import logging
 import random
 from collections.abc import Mapping
 
-from .backend import LeaseBackend
+from .backend import LeaseStore
 from .clock import Clock
 from .errors import StoreError
 from .events import EngineListener
@@ -42,7 +42,7 @@ class BackupSweep:
 
     def __init__(
         self,
-        backend: LeaseBackend,
+        backend: LeaseStore,
         loops: Mapping[str, JobLoop],
         *,
         clock: Clock,
