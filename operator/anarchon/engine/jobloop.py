@@ -61,8 +61,8 @@ async def _slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> li
 class _Wake:
     """A flag the slot loop waits for beside its timer, as a bare future: no task of its own.
 
-    With an ``asyncio.Event`` each idle job cost two tasks besides its slot loop (one waiting
-    on the event, one on the timer): 30,000 tasks for 10,000 jobs.
+    With an ``asyncio.Event`` each idle job would cost two tasks besides its slot loop (one
+    waiting on the event, one on the timer).
     """
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ async def _sleep_unless(clock: Clock, t_ms: int, wake: _Wake) -> bool:
     sleeper = timer(clock, t_ms)
     woken = wake.future()
     # One bare future done by whichever comes first: asyncio.wait would hold two more coroutine
-    # frames, a set and a waiter for each of 10,000 idle jobs (about 1 KB each).
+    # frames, a set and a waiter for each idle job.
     either: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def first(_: asyncio.Future[None]) -> None:

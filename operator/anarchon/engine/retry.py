@@ -23,7 +23,7 @@ from .clock import Clock
 T = TypeVar("T")
 
 
-#: The jitter's one generator: a ``random.Random()`` per call cost 2.5 KB and a read of
+#: The jitter's one generator: a ``random.Random()`` per call costs its state and a read of
 #: os.urandom, for every store call of every job.
 _JITTER = random.Random()
 

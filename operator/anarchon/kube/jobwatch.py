@@ -52,7 +52,7 @@ class JobWatch(ScopedWatch):
         self.handle = handle
         #: The jobs this replica knows (by uid), to say which ones a listing lacks: only what
         #: names each (a deletion is handed over with it). Whole bodies, with their managed
-        #: fields and last-applied annotation, were 65 MB at 10,000 jobs.
+        #: fields and last-applied annotation, would be most of a replica's memory.
         self._known: dict[str, dict[str, Any]] = {}
         #: Per job (uid), the newest change not handed over yet.
         self._pending: dict[str, tuple[str, dict[str, Any]]] = {}

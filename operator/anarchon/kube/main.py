@@ -51,14 +51,9 @@ GC_YOUNG = 10_000
 def _tune_gc() -> None:
     """Fewer cyclic garbage collections: a replica allocates a burst of short-lived objects for
     every watch event it decodes, and with CPython's defaults the collector ran every 700 of
-    them, promoting what was merely in flight to the older generations, whose full collections
-    then scanned it all. Measured at 1,000 jobs due each minute (3 replicas, one minute, on
-    these 2-core machines): 12 % of a replica's CPU in the collector, 5 full collections, the
-    longest stalling the event loop 199 ms; with a young collection every 10,000 objects and
-    the start-up's objects frozen (modules, classes: never garbage), 7 % and no full
-    collection. CPU per run against kube-controller-manager's (two minutes side by side) stayed
-    1.08: the gain is the stalls, not measurably the total. Memory: at most a few thousand
-    objects more waiting for a collection (reference counting frees the rest at once)."""
+    them, promoting what was merely in flight to older generations whose full collections
+    stalled the event loop. The start-up's objects are frozen (modules, classes: never garbage).
+    The cost is a few thousand objects more waiting for a collection (figures: bench/README.md)."""
     gc.set_threshold(GC_YOUNG, 10, 10)
 
 

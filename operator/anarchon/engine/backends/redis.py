@@ -540,9 +540,9 @@ class RedisBackend(LeaseBackend):
     The writes of attempts that hold a lease (heartbeat, finish, release) have a pool of their
     own, ``lease_connections``: under a burst of claims they never wait for a connection
     behind the claims, or a busy instance would lose the leases of the runs it already runs.
-    Heartbeats made while others are out go together in one pipeline: one per heartbeat, 1,000
-    runs per instance beating every 5 s needed more round trips than 10 connections carry on
-    a busy event loop (heartbeats failed, "No connection available", backups took over).
+    Heartbeats made while others are out go together in one pipeline: with a round trip each,
+    thousands of runs per instance need more than a pool carries on a busy event loop
+    (heartbeats failed, "No connection available", backups took over; bench/README.md).
     """
 
     capabilities = Capabilities(name="redis", leases=True)
