@@ -22,6 +22,7 @@ compute slots.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,16 +83,11 @@ class ClaimRequest(RunRequest):
 
     def skipped(self, other_slot: int) -> Run:
         """The run this claim records when overlap Skip finds the run of ``other_slot`` still active."""
-        return Run(
-            job=self.job,
-            slot=self.slot,
+        return dataclasses.replace(
+            self.claimed(lease=False),
             state=RunState.SKIPPED,
             attempt=0,
-            instance=self.instance,
             token="",
-            lease_until_ms=0,
-            created_ms=self.now_ms,
-            updated_ms=self.now_ms,
             error=f"skipped: the run of slot {other_slot} is still active",
         )
 
