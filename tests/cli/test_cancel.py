@@ -105,7 +105,8 @@ def test_wait_follows_the_run_to_its_end_and_exits_0_only_if_it_was_cancelled(
 ) -> None:
     """``cancel --wait``: the replica's end is awaited; a Pod that succeeded first is exit 1, said so."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
-    ns, kubeconfig = cluster.namespace, str(control_plane.kubeconfig)
+    ns = cluster.namespace
+    where = ["-n", ns, "--kubeconfig", str(control_plane.kubeconfig)]
     ends = {
         SLOT: ({"phase": "Cancelled", "message": "cancelled: stop"}, 0),
         SLOT + 60_000: ({"phase": "Succeeded", "message": "the Pod succeeded"}, 1),
@@ -113,14 +114,14 @@ def test_wait_follows_the_run_to_its_end_and_exits_0_only_if_it_was_cancelled(
     for slot, (end, code) in ends.items():
         name = _run(cluster, RUNNING, slot)
         waiting = subprocess.Popen(
-            [sys.executable, "-m", "anarchon", "cancel", name, "--reason", "stop", "--wait", "--timeout", "60s"]
-            + ["-n", ns, "--kubeconfig", kubeconfig],
+            [sys.executable, "-m", "anarchon", "cancel", name, "--reason", "stop", "--wait", "--timeout", "1m", *where],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=env,
         )
-        cluster.wait(lambda: "anarchon.io/cancel" in (_meta(cluster, name).get("annotations") or {}), what="the ask")
+        asked = lambda run=name: "anarchon.io/cancel" in (_meta(cluster, run).get("annotations") or {})  # noqa: E731
+        cluster.wait(asked, what="the ask")
         _write_status(cluster, name, {**RUNNING, **end})  # as the run's replica would end it
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == code, (out, err)

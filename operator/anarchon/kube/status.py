@@ -14,10 +14,8 @@ change of the job until it is made: a start's within REFRESH_AFTER_START_S, an e
 REFRESH_AFTER_END_S (sooner, if a start's is waiting). So a run shorter than the first (most
 runs, on a busy cluster) costs one status write instead of two, each of which wakes the job
 watch of every replica; the job's ACTIVE column shows a run up to that long after it started
-(``kubectl get anarchonruns`` at once), and its end within a second. At 10 s, at 1,000 jobs a
-minute, the end of most runs came later than that (their Pods start seconds after the slot):
-1.87 job status writes a run. A stopping replica makes its waiting refreshes at once
-(:meth:`JobStatus.flush`).
+(``kubectl get anarchonruns`` at once), and its end within a second. A stopping replica makes
+its waiting refreshes at once (:meth:`JobStatus.flush`).
 
 A replica that finds its store not shared with the others (:mod:`.sharing`) says so on every
 valid job it schedules: Ready=False, reason StoreNotShared. Replicas may disagree a while (one
@@ -30,8 +28,8 @@ the look for runs that have no object (at most every two resync periods, and a m
 its look-back spans more than the time between two looks, so no stretch of records goes
 unseen) and the pruning of the store's records by age (at most every ten resync periods:
 what the engine still needs stays, whatever the history keeps, and older records wait that
-much longer). At 1,000 jobs, 3 replicas and a resync every 30 s, made at every pass, they
-were 200 store queries a second with nothing due.
+much longer): made at every pass, they were most of the store's load with nothing due
+(figures: bench/README.md).
 """
 
 from __future__ import annotations
@@ -478,8 +476,7 @@ class JobStatus:
             return
         if not items and key in self._pruned:
             # No run object, and pruned once already: a record comes with a run, and a run
-            # with its object. At 10,000 idle jobs these prunes were 21-33 store queries a
-            # second per replica (every job every 10 resyncs) for nothing.
+            # with its object. Idle jobs would cost store queries for nothing.
             return
         before = self.scheduler.clock.now_ms() - loop.options.records_needed_ms
         before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r)), *self.pinned(key)])
