@@ -26,7 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from anarchon.kube.spec import slot_time
+from anarchon.kube.spec import run_name, slot_time
 from tests.k8s.fixtures import wait_for
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 
@@ -231,6 +231,29 @@ def test_a_change_refreshes_only_its_row_of_the_jobs_page(site: Site, browser: W
     assert console_errors(browser) == []
 
 
+def test_a_page_catches_up_with_a_change_made_before_it_listened(site: Site, browser: WebDriver) -> None:
+    """A change between the page drawn and its event stream connected (here: the stream held
+    off) still shows: the stream tells the page what changed since the page was drawn."""
+    name = run_name("big", site.big_slots[-2])
+    page = site.ui.url + f"/runs/{site.namespace}/{name}"
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/events*"]})
+    try:
+        browser.get(page)
+        browser.execute_script("window.notReloaded = true")
+        assert "caught up" not in text_of(browser, "dl.facts")
+        where = f"/apis/anarchon.io/v1alpha1/namespaces/{site.namespace}/anarchonruns/{name}/status"
+        site.cluster.cp.api("PATCH", where, {"status": {"message": "caught up"}})
+        fresh = "return fetch(location.href, {headers: {'X-Anarchon-Fragment': 'main'}}).then(r => r.text())"
+        wait("the change in the ui's memory", lambda: "caught up" in browser.execute_script(fresh))
+        assert "caught up" not in text_of(browser, "dl.facts")  # drawn before it, not listening yet
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    wait("the change on the page", lambda: "caught up" in text_of(browser, "dl.facts"), timeout=15)
+    assert browser.execute_script("return window.notReloaded") is True
+    browser.get_log("browser")  # the blocked stream's errors: read, so that the next test starts clean
+
+
 def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, browser: WebDriver, shots: Path) -> None:
     browser.get(site.ui.url + f"/jobs/{site.namespace}/manual")
     line = confirm(browser, "Trigger now")
@@ -431,6 +454,7 @@ def test_the_server_refuses_other_sites(site: Site) -> None:
 
     assert status("/") == 200
     assert status("/", Host=f"rebound.example:{port}") == 421
+    assert status("/events?since=yesterday") == 400
     form = urllib.parse.urlencode({"namespace": site.namespace, "job": "tick", "token": "guessed"}).encode()
     assert status("/act/trigger", form, Origin="http://evil.example") == 403
     assert status("/act/trigger", form, Origin=site.ui.url) == 403  # the token is not this process's

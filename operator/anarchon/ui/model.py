@@ -23,6 +23,7 @@ import contextlib
 import functools
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -36,6 +37,8 @@ from ..kube.watching import ScopedWatch
 from .words import in_words
 
 Key = tuple[str, str]
+#: The last changes kept for a page that connects after it was drawn (:meth:`Model.since`).
+CHANGES_KEPT = 1000
 #: What is kept of an object (:class:`Watched`).
 V = TypeVar("V")
 #: A retry's Pod is ``<run>-r<n>`` (:func:`anarchon.kube.spec.pod_name`).
@@ -293,6 +296,9 @@ class Model:
     def __init__(self, kube: Kube, namespaces: Sequence[str]) -> None:
         self.namespaces = list(namespaces)
         self._subscribers: set[Subscription] = set()
+        #: How many changes were published: a page says which it was drawn after (:meth:`since`).
+        self.version = 0
+        self._recent: deque[tuple[int, set[str]]] = deque(maxlen=CHANGES_KEPT)
         watch = functools.partial(Watched, kube, namespaces, changed=self.publish)
         self.jobs = watch(resource=JOBS, what="AnarchonJobs", view=job_facts, topics=_job_topics)
         self.runs = watch(
@@ -330,6 +336,8 @@ class Model:
     # -- changes ---------------------------------------------------------------------------------
 
     def publish(self, topics: set[str]) -> None:
+        self.version += 1
+        self._recent.append((self.version, topics))
         for sub in self._subscribers:
             sub.pending |= topics
             sub.wake.set()
@@ -341,6 +349,15 @@ class Model:
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
+
+    def since(self, version: int) -> set[str]:
+        """The topics changed after :attr:`version` was ``version``: what a page drawn then and
+        listening only now has missed (``*``, all, if that is further back than is kept)."""
+        if version >= self.version:
+            return set()
+        if not self._recent or self._recent[0][0] > version + 1:
+            return {"*"}
+        return set().union(*(topics for v, topics in self._recent if v > version))
 
     # -- reads -----------------------------------------------------------------------------------
 

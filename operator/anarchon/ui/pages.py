@@ -75,15 +75,16 @@ def run_href(namespace: str, name: str) -> str:
     return f"/runs/{namespace}/{name}"
 
 
-def layout(title: str, topics: Sequence[str], main: str, *, scope: str) -> str:
-    """The whole page: ``main`` in the element the script refreshes when one of ``topics`` changes."""
+def layout(title: str, topics: Sequence[str], main: str, *, scope: str, version: int) -> str:
+    """The whole page: ``main`` in the element the script refreshes when one of ``topics`` changes;
+    ``version``, the model's when the page was drawn (the script's event stream starts there)."""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · anarchon</title>"
         '<link rel="icon" href="/static/icon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/ui.css"><script src="/static/ui.js" defer></script></head>'
-        f'<body data-topics="{esc(" ".join(topics))}">'
+        f'<body data-topics="{esc(" ".join(topics))}" data-version="{version}">'
         '<header><nav aria-label="pages"><a href="/">Jobs</a> <a href="/timeline">Timeline</a></nav>'
         f'<span class="scope">{esc(scope)}</span>'
         '<span id="live" class="live" aria-live="polite">not live (no script)</span></header>'

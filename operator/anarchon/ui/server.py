@@ -7,7 +7,8 @@ own address is refused (DNS rebinding), and an action must be a POST from one of
 Content-Security-Policy that allows the package's own files only.
 
 ``GET /events`` is the stream a page listens to: one ``change`` event per burst of changes, with
-the topics changed (:mod:`.model`); the page refreshes its ``main`` element when it shows one
+the topics changed (:mod:`.model`), the first for all that changed since the page was drawn
+(``?since=`` its version, in the page); the page refreshes its ``main`` element when it shows one
 of them, by asking its own URL again with ``X-Anarchon-Fragment: main``. The jobs page also
 refreshes single rows: ``X-Anarchon-Fragment: rows`` with the rows' ids in ``X-Anarchon-Rows``
 (``job:NS/NAME ...``) answers those rows alone, so that a change of one job costs one row, not
@@ -123,10 +124,21 @@ class UI:
 
     # -- pages -------------------------------------------------------------------------------------
 
-    def _page(self, request: web.Request, title: str, topics: list[str], main: str, status: int = 200) -> web.Response:
+    def _page(
+        self,
+        request: web.Request,
+        title: str,
+        topics: list[str],
+        main: str,
+        status: int = 200,
+        version: int | None = None,
+    ) -> web.Response:
+        """``main`` alone (the script's refresh), or the page around it; ``version``: the model's
+        when ``main`` was drawn from it, if not now."""
         if request.headers.get(FRAGMENT_HEADER) == "main":
             return web.Response(text=main, content_type="text/html", status=status)
-        html = pages.layout(title, topics, main, scope=self.scope)
+        version = self.model.version if version is None else version
+        html = pages.layout(title, topics, main, scope=self.scope, version=version)
         return web.Response(text=html, content_type="text/html", status=status)
 
     def _views(self, now: int) -> list[pages.JobView]:
@@ -184,6 +196,7 @@ class UI:
 
     async def run(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
+        version = self.model.version  # the story is drawn from what is known now, the log read after
         run = self.model.run(namespace, name)
         if run is None:
             text = pages.not_found(f"No AnarchonRun {name!r} in namespace {namespace!r} (or not yet listed).")
@@ -193,7 +206,8 @@ class UI:
         events = self.model.events_of_run(namespace, job, name, pods)
         log_of = await self._log(namespace, str(run["podName"] or (pods[-1] if pods else "")))
         main = pages.run_page(run, namespace, events, log_of, errors=self.model.errors)
-        return self._page(request, name, [f"run:{namespace}/{name}", f"events:{namespace}/{job}"], main)
+        topics = [f"run:{namespace}/{name}", f"events:{namespace}/{job}"]
+        return self._page(request, name, topics, main, version=version)
 
     async def _log(self, namespace: str, pod: str) -> pages.Log | None:
         """The last lines of the Pod's log with the user's credentials, or the API server's reason why not."""
@@ -252,11 +266,17 @@ class UI:
     # -- the event stream and the files ------------------------------------------------------------
 
     async def events(self, request: web.Request) -> web.StreamResponse:
+        since = request.query.get("since", "")
+        if since and not (since.isascii() and since.isdigit()):
+            raise web.HTTPBadRequest(text=f"since={since!r}: expected the page's version, a number")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **SECURITY_HEADERS})
         await response.prepare(request)
         sub = self.model.subscribe()
+        missed = self.model.since(int(since)) if since else set()  # with the subscription: no gap
         try:
             await response.write(b"retry: 1000\nevent: hello\ndata: live\n\n")
+            if missed:
+                await response.write(f"event: change\ndata: {' '.join(sorted(missed))}\n\n".encode())
             while True:
                 try:
                     topics = await asyncio.wait_for(sub.next(SETTLE_S), KEEPALIVE_S)

@@ -174,19 +174,31 @@
     live.textContent = "";
     return;
   }
-  const stream = new EventSource("/events");
-  stream.addEventListener("hello", () => { live.textContent = "live"; });
-  stream.addEventListener("change", (event) => {
-    const changed = event.data.split(" ");
-    if (changed.includes("*") || about(topics, changed)) {
+  function changed(event) {
+    const topicsChanged = event.data.split(" ");
+    if (topicsChanged.includes("*") || about(topics, topicsChanged)) {
       whole = true;
     } else {
       for (const row of document.querySelectorAll("#main [data-topics]")) {
-        if (about(row.dataset.topics.split(" "), changed)) rows.add(row.id);
+        if (about(row.dataset.topics.split(" "), topicsChanged)) rows.add(row.id);
       }
     }
     if (whole || rows.size) soon();
-  });
-  stream.onerror = () => { live.textContent = "reconnecting…"; };
+  }
+
+  // The stream starts at the version the page was drawn at: what changed before it connected
+  // comes first. The browser reconnects a broken stream itself; one it gave up on is started again.
+  const since = "/events?since=" + encodeURIComponent(document.body.dataset.version || "");
+  let stream = null;
+  function listen() {
+    stream = new EventSource(since);
+    stream.addEventListener("hello", () => { live.textContent = "live"; });
+    stream.addEventListener("change", changed);
+    stream.onerror = () => {
+      live.textContent = "reconnecting…";
+      if (stream.readyState === EventSource.CLOSED) setTimeout(listen, 2000);
+    };
+  }
+  listen();
   window.addEventListener("pagehide", () => stream.close());
 })();
