@@ -84,12 +84,13 @@ class UiServer:
         return self.proc.stderr.read() if self.proc.stderr else ""
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """One headless chromium for the module, its console log kept (``browser.get_log("browser")``)."""
+def chromium() -> Any:
+    """Debian's chromium, headless, through Debian's chromedriver (never one Selenium Manager
+    fetches), its console log kept (``driver.get_log("browser")``). Raises RuntimeError, saying
+    what to install, if either is missing."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:
-        pytest.fail(f"{', '.join(missing)} missing: apt-get install -y chromium chromium-driver", pytrace=False)
+        raise RuntimeError(f"{', '.join(missing)} missing: apt-get install -y chromium chromium-driver")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -100,6 +101,16 @@ def browser() -> Iterator[Any]:
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the module."""
+    try:
+        driver = chromium()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
     try:
         yield driver
     finally:

@@ -90,3 +90,18 @@ def test_the_events_kept_are_the_jobs_and_their_runs_pods() -> None:
     assert _our_event(event("Pod", "nightly-1800000000")) and _our_event(event("Pod", "nightly-1800000000-r2"))
     assert not _our_event(event("Pod", "web-5d4f8c7b9-x2k4q")) and not _our_event(event("Node", "n-1"))
     assert run_of_pod("nightly-1800000000-r2") == run_of_pod("nightly-1800000000") == "nightly-1800000000"
+
+
+def test_a_late_page_is_told_what_changed_since_it_was_drawn() -> None:
+    from anarchon.ui.model import CHANGES_KEPT, Model
+
+    model = Model(None, ["ns"])  # type: ignore[arg-type] - no watch is started: only its changes
+    drawn = model.version
+    model.publish({"runs:ns/a", "run:ns/a-1"})
+    model.publish({"job:ns/b"})
+    assert model.since(drawn) == {"runs:ns/a", "run:ns/a-1", "job:ns/b"}
+    assert model.since(drawn + 1) == {"job:ns/b"} and model.since(model.version) == set()
+    for i in range(CHANGES_KEPT):
+        model.publish({f"job:ns/j{i}"})
+    assert model.since(drawn) == {"*"}  # further back than is kept: everything may have changed
+    assert model.since(model.version - 1) == {f"job:ns/j{CHANGES_KEPT - 1}"}

@@ -7,7 +7,6 @@ cancel) and ``big`` (1,000 ended runs written through the API: the timeline at s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -21,19 +20,23 @@ from typing import Any
 
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from anarchon.kube.constants import MERGE
 from anarchon.kube.spec import run_name, slot_time
 from tests.k8s.fixtures import wait_for
 from tests.operator.conftest import Cluster, Replicas, job_manifest
 
 from .conftest import UiServer
+from .fake import fake_run, write_runs
 
 BIG_RUNS = 1000
 MINUTE_MS = 60_000
+#: big's runs are one a minute but for a window of GAP missed slots before its run GAP_AT.
+GAP_AT, GAP = 975, 3
 
 
 @dataclass
@@ -45,72 +48,6 @@ class Site:
     @property
     def namespace(self) -> str:
         return self.cluster.namespace
-
-
-def _big_run(namespace: str, slot: int, i: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run of ``big`` and its status: 8 in 10 Succeeded (one in 50 after a takeover), 1 Failed
-    after a retry, 1 Skipped."""
-    name = run_name("big", slot)
-    start, end = slot_time(slot + 1500), slot_time(slot + 20_000)
-    body = {
-        "apiVersion": "anarchon.io/v1alpha1",
-        "kind": "AnarchonRun",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"anarchon.io/job": "big", "app.kubernetes.io/managed-by": "anarchon"},
-        },
-        "spec": {"job": "big", "slot": slot, "slotTime": slot_time(slot), "trigger": "Schedule"},
-    }
-    if i % 10 == 8:
-        return body, {"phase": "Skipped", "attempt": 0, "instance": "replica-x", "finishTime": start}
-    phase = "Failed" if i % 10 == 9 else "Succeeded"
-    attempts = [{"attempt": 1, "instance": "replica-x", "launched": True, "podName": name, "startTime": start}]
-    if i % 50 == 0:
-        attempts.append({"attempt": 2, "instance": "replica-y", "adopted": True, "startTime": slot_time(slot + 9000)})
-    attempts[-1] |= {"outcome": phase, "finishTime": end}
-    tries = [{"try": 1, "podName": name, "outcome": phase, "startTime": start, "finishTime": end}]
-    if phase == "Failed":
-        tries[0]["outcome"] = "Failed"
-        tries.append({"try": 2, "podName": f"{name}-r1", "outcome": "Failed", "startTime": slot_time(slot + 10_000)})
-        tries[-1]["finishTime"] = end
-    status = {
-        "phase": phase,
-        "attempt": len(attempts),
-        "instance": attempts[-1]["instance"],
-        "takeovers": len(attempts) - 1,
-        "try": len(tries),
-        "tries": tries,
-        "attempts": attempts,
-        "startTime": start,
-        "finishTime": end,
-        "message": "exit code 1" if phase == "Failed" else "",
-    }
-    return body, status
-
-
-def _write_big_runs(kubeconfig: Path, namespace: str, slots: list[int]) -> None:
-    """Create the runs and write their status, over one client's kept-alive connections."""
-    from anarchon.kube.client import connect, path
-
-    async def write_all() -> None:
-        kube = await connect(str(kubeconfig))
-        turns = asyncio.Semaphore(16)
-
-        async def write(i: int, slot: int) -> None:
-            body, status = _big_run(namespace, slot, i)
-            name = body["metadata"]["name"]
-            async with turns:
-                await kube.request("POST", path("anarchonruns", namespace), body)
-                where = path("anarchonruns", namespace, name, "status")
-                await kube.request("PATCH", where, {"status": status}, content_type=MERGE)
-
-        try:
-            await asyncio.gather(*(write(i, slot) for i, slot in enumerate(slots)))
-        finally:
-            await kube.close()
-
-    asyncio.run(write_all())
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +63,18 @@ def site(control_plane: Any, ui_cluster: Cluster, ui_replicas: Replicas) -> Iter
     cluster.apply({"apiVersion": "v1", "kind": "List", "items": jobs})
     ui_replicas.start("replica-a")
     now = time.time_ns() // 1_000_000
-    slots = [(now // MINUTE_MS - BIG_RUNS + i) * MINUTE_MS for i in range(BIG_RUNS)]
+    slots = [(now // MINUTE_MS - BIG_RUNS - GAP + i + GAP * (i >= GAP_AT)) * MINUTE_MS for i in range(BIG_RUNS)]
     t0 = time.monotonic()
-    _write_big_runs(control_plane.kubeconfig, cluster.namespace, slots)
+    runs = [
+        fake_run(cluster.namespace, "big", slot, i, "Cancelled" if i % 100 == 55 else None)
+        for i, slot in enumerate(slots)
+    ]
+    write_runs(control_plane.kubeconfig, runs)
     print(f"{BIG_RUNS} runs written in {time.monotonic() - t0:.1f}s")
+    window = {"from": slot_time(slots[GAP_AT - 1] + MINUTE_MS), "to": slot_time(slots[GAP_AT] - MINUTE_MS)}
+    missed = [window | {"count": GAP, "reason": "NoReplica", "message": "no replica ran"}]
+    where = f"/apis/anarchon.io/v1alpha1/namespaces/{cluster.namespace}/anarchonjobs/big/status"
+    control_plane.api("PATCH", where, {"status": {"missed": missed}})
     ui = UiServer(control_plane.kubeconfig, "-n", cluster.namespace)
     try:
         yield Site(cluster, ui, slots)
@@ -219,7 +164,7 @@ def test_jobs_page_shows_each_column_without_console_errors(site: Site, browser:
     tick = row_of(browser, "tick")
     assert "every 2 seconds" in tick and "UTC" in tick, tick
     big = row_of(browser, "big")
-    assert "800/900 (88%)" in big and "none while suspended" in big and "Failed" in big, big
+    assert "790/900 (87%)" in big and "none while suspended" in big and "Failed" in big, big
     # No JavaScript needed for the table: the same rows are in the HTML the server sends.
     assert "every 2 seconds" in browser.execute_script("return fetch('/', {headers: {}}).then(r => r.text())")
     wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
@@ -248,6 +193,65 @@ def test_a_run_that_ends_shows_within_2s_without_reload(site: Site, browser: Web
     assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.run"), "no run drawn"
     shot(browser, shots, "job-tick")
     assert console_errors(browser) == []
+
+
+#: The element of each id in arguments, and the jobs table, kept in the page to compare later.
+MARK = """window.marked = Array.from(arguments).map(id => document.getElementById(id));
+window.marked.push(document.querySelector('main table.jobs'));"""
+#: Which of them are still the same elements in the page.
+STILL = "return window.marked.map(e => e !== null && document.contains(e))"
+#: The run a row's Last outcome links to ("" if none).
+LAST_RUN = """const link = document.querySelector(`[id="${arguments[0]}"] a[href^="/runs/"]`);
+return link ? link.href : ''"""
+#: The rows the server answers for the ids in arguments[0].
+ROWS_OF = """return fetch('/', {headers: {'X-Anarchon-Fragment': 'rows', 'X-Anarchon-Rows': arguments[0]}})
+.then(r => r.text())"""
+
+
+def test_a_change_refreshes_only_its_row_of_the_jobs_page(site: Site, browser: WebDriver) -> None:
+    """A run of tick ends: tick's row alone is fetched again, the other rows and the table stay
+    (a table of 1,000 jobs is not sent again for each change); a job that comes or goes
+    refreshes the whole table."""
+    ns = site.namespace
+    tick, nightly = f"job:{ns}/tick", f"job:{ns}/nightly"
+    browser.get(site.ui.url + "/")
+    wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
+    assert browser.find_elements(By.ID, tick) and browser.find_elements(By.ID, nightly), "rows named by their job"
+    browser.execute_script(MARK, tick, nightly)
+    last = browser.execute_script(LAST_RUN, tick)
+    wait("a newer run of tick on its row", lambda: browser.execute_script(LAST_RUN, tick) not in ("", last))
+    assert browser.execute_script(STILL) == [False, True, True]  # tick's row replaced, nothing else
+    assert browser.execute_script("return document.body.dataset.refreshed") is None
+    answer = browser.execute_script(ROWS_OF, f"{tick} job:{ns}/gone job:nonsense")
+    assert answer.startswith(f'<tr id="{tick}"') and answer.count("<tr") == 1, answer[:300]
+    site.cluster.apply(job_manifest("late", cron="0 8 * * *", suspend=True))
+    wait("the new job on the page", lambda: row_of(browser, "late"))
+    site.cluster.kubectl("delete", "anarchonjob", "late", "--wait=false")
+    wait("the job gone from the page", lambda: not row_of(browser, "late"))
+    assert console_errors(browser) == []
+
+
+def test_a_page_catches_up_with_a_change_made_before_it_listened(site: Site, browser: WebDriver) -> None:
+    """A change between the page drawn and its event stream connected (here: the stream held
+    off) still shows: the stream tells the page what changed since the page was drawn."""
+    name = run_name("big", site.big_slots[-2])
+    page = site.ui.url + f"/runs/{site.namespace}/{name}"
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/events*"]})
+    try:
+        browser.get(page)
+        browser.execute_script("window.notReloaded = true")
+        assert "caught up" not in text_of(browser, "dl.facts")
+        where = f"/apis/anarchon.io/v1alpha1/namespaces/{site.namespace}/anarchonruns/{name}/status"
+        site.cluster.cp.api("PATCH", where, {"status": {"message": "caught up"}})
+        fresh = "return fetch(location.href, {headers: {'X-Anarchon-Fragment': 'main'}}).then(r => r.text())"
+        wait("the change in the ui's memory", lambda: "caught up" in browser.execute_script(fresh))
+        assert "caught up" not in text_of(browser, "dl.facts")  # drawn before it, not listening yet
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    wait("the change on the page", lambda: "caught up" in text_of(browser, "dl.facts"), timeout=15)
+    assert browser.execute_script("return window.notReloaded") is True
+    browser.get_log("browser")  # the blocked stream's errors: read, so that the next test starts clean
 
 
 def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, browser: WebDriver, shots: Path) -> None:
@@ -306,14 +310,75 @@ def test_timeline_draws_1000_runs(site: Site, browser: WebDriver, shots: Path) -
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline polygon.takeover")) == BIG_RUNS // 50
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline polygon.ph-Skipped")) == BIG_RUNS // 10
     print(f"timeline of {BIG_RUNS} runs: {took:.2f}s")
-    # Zoom in: the last hour holds 60 of them.
+    # The last hour: 57 runs and the window of 3 missed slots, a band with its facts.
     last = site.big_slots[-1]
     browser.get(site.ui.url + f"/jobs/{site.namespace}/big?from={last - 59 * MINUTE_MS}&to={last + 30_000}")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.run")) == 60
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.run")) == 60 - GAP
+    bands = browser.execute_script(
+        "return Array.from(document.querySelectorAll('svg rect.missed'), r => r.textContent)"
+    )
+    assert len(bands) == 1 and bands[0].startswith(f"missed {GAP} slot(s) ") and "NoReplica" in bands[0], bands
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline rect.bar.ph-Cancelled")
     shot(browser, shots, "timeline-big-last-hour")
     browser.get(site.ui.url + "/timeline")
     assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline a.row-label")
     shot(browser, shots, "timeline-namespace")
+    assert console_errors(browser) == []
+
+
+#: The range the timeline shows, as its svg says it: [from, to] in ms.
+SHOWN = "const s = document.querySelector('svg.timeline'); return s ? [+s.dataset.from, +s.dataset.to] : null"
+
+
+def test_timeline_zooms_by_wheel_and_keys_and_pans_by_drag(site: Site, browser: WebDriver) -> None:
+    """Ctrl + wheel zooms about the pointer, a drag pans (and follows no run's link), + and the
+    arrows on the focused timeline do what the links do; each shows the range in place, its URL
+    the links' own."""
+    last = site.big_slots[-1]
+    start, end = last - 59 * MINUTE_MS, last + 60_000
+    page = site.ui.url + f"/jobs/{site.namespace}/big"
+    browser.get(page + f"?from={start}&to={end}")
+    browser.execute_script("window.notReloaded = true")
+    svg = browser.find_element(By.CSS_SELECTOR, "svg.timeline")
+    assert browser.execute_script(SHOWN) == [start, end]
+    plot_x = browser.execute_script(
+        "const s = arguments[0], [x0, x1] = s.dataset.plot.split(' ').map(Number), box = s.getBoundingClientRect();"
+        "return [box.left, box.width / s.viewBox.baseVal.width, x0, x1]",
+        svg,
+    )
+    _, scale, x0, x1 = plot_x
+
+    def moved_from(was: list[int]) -> list[int]:
+        return list(wait("the new range shown", lambda: (r := browser.execute_script(SHOWN)) != was and r))
+
+    # Ctrl + wheel up over the middle of the svg: the time under the pointer stays where it was.
+    middle = start + (svg.size["width"] / 2 / scale - x0) / (x1 - x0) * (end - start)
+    ActionChains(browser).key_down(Keys.CONTROL).scroll_from_origin(ScrollOrigin.from_element(svg), 0, -200).key_up(
+        Keys.CONTROL
+    ).perform()
+    a, b = moved_from([start, end])
+    assert b - a < (end - start) * 0.9, (a, b)
+    assert abs((middle - a) / (b - a) - (middle - start) / (end - start)) < 0.02, (middle, a, b)
+    assert f"from={a}&to={b}" in browser.current_url
+    # A drag 200 px to the left, from a run's bar: later by 200 px' worth, and no run's page.
+    bar = browser.find_elements(By.CSS_SELECTOR, "svg.timeline rect.bar")[3]
+    ActionChains(browser).click_and_hold(bar).move_by_offset(-100, 0).move_by_offset(-100, 0).release().perform()
+    c, d = moved_from([a, b])
+    ms_per_px = (b - a) / ((x1 - x0) * scale)
+    assert abs((c - a) - 200 * ms_per_px) < 10 * ms_per_px and d - c == b - a, (a, b, c, d)
+    assert "/jobs/" in browser.current_url
+    # By keyboard: + halves the range about its middle, ← moves it earlier by half.
+    box = browser.find_element(By.ID, "timeline")
+    box.send_keys("+")
+    e, f = moved_from([c, d])
+    assert (e, f) == (c + (d - c) // 4, d - (d - c) // 4) or abs((f - e) - (d - c) / 2) <= 1, (c, d, e, f)
+    browser.find_element(By.ID, "timeline").send_keys(Keys.ARROW_LEFT)
+    g, h = moved_from([e, f])
+    assert abs((e - g) - (f - e) / 2) <= 1 and h - g == f - e, (e, f, g, h)
+    assert browser.switch_to.active_element.get_attribute("id") == "timeline"  # the focus stays
+    assert browser.execute_script("return window.notReloaded") is True  # all in place
+    browser.back()
+    assert moved_from([g, h]) == [e, f]
     assert console_errors(browser) == []
 
 
@@ -389,6 +454,7 @@ def test_the_server_refuses_other_sites(site: Site) -> None:
 
     assert status("/") == 200
     assert status("/", Host=f"rebound.example:{port}") == 421
+    assert status("/events?since=yesterday") == 400
     form = urllib.parse.urlencode({"namespace": site.namespace, "job": "tick", "token": "guessed"}).encode()
     assert status("/act/trigger", form, Origin="http://evil.example") == 403
     assert status("/act/trigger", form, Origin=site.ui.url) == 403  # the token is not this process's

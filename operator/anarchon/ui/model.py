@@ -3,9 +3,14 @@
 Each is one list-then-watch loop of the operator's own (:class:`anarchon.kube.watching.ScopedWatch`),
 with the user's credentials: a page is drawn from memory, never from a request per view, and an
 open page hears of a change through :meth:`Model.subscribe` (the server turns it into a
-server-sent event). A change is named by *topics* (``jobs``, ``job:NS/NAME``, ``run:NS/NAME``,
-``runs:NS/JOB``, ``events:NS/JOB``, ``*`` after a listing), so that a page refreshes only for
-what it shows.
+server-sent event). A change is named by *topics* (``jobs`` when a job comes or goes,
+``job:NS/NAME``, ``run:NS/NAME``, ``runs:NS/JOB``, ``events:NS/JOB``, ``*`` after a listing), so
+that a page, or one row of it, refreshes only for what it shows.
+
+What is kept of each object is what the pages read, worked out once per version of it rather
+than at each request: a job's :class:`JobFacts`, a run's record (:func:`run_view`), an Event's
+fields. Listings are read a page at a time, each page reduced so before the next is read: the
+API server's whole answer (all of 10,000 runs, say) is never held at once.
 
 What the user may not list or watch is kept as the API server's own message (:attr:`Model.errors`),
 shown on every page, rather than an empty table that says nothing.
@@ -15,18 +20,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from ..kube.client import ApiException, Kube
+from ..cli.records import job_record, run_record
+from ..engine.schedule import Schedule
+from ..kube.client import ApiException, Kube, path
 from ..kube.constants import JOB_KIND, JOBS, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
+from ..kube.spec import SpecError, parse_job
 from ..kube.watching import ScopedWatch
+from .words import in_words
 
 Key = tuple[str, str]
-#: The annotation kubectl apply leaves on an object: its whole last manifest, of no use here.
-_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+#: The last changes kept for a page that connects after it was drawn (:meth:`Model.since`).
+CHANGES_KEPT = 1000
+#: What is kept of an object (:class:`Watched`).
+V = TypeVar("V")
 #: A retry's Pod is ``<run>-r<n>`` (:func:`anarchon.kube.spec.pod_name`).
 _RETRY_POD = re.compile(r"-r[0-9]+$")
 #: A run's Pod: ``<job>-<slot in s or ms>``, then ``-r<n>`` for a retry (:func:`anarchon.kube.spec.run_name`).
@@ -60,19 +74,74 @@ def run_of_pod(pod: str) -> str:
     return _RETRY_POD.sub("", pod)
 
 
-def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without what no page shows (managed fields, kubectl's last manifest): a tenth of its size."""
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    if _LAST_APPLIED in (meta.get("annotations") or {}):
-        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != _LAST_APPLIED}
-    if obj.get("kind") == "Event" or "involvedObject" in obj:
-        return {"metadata": meta, **{k: obj.get(k) for k in _EVENT_FIELDS}}
-    return {"metadata": meta, "spec": obj.get("spec") or {}, "status": obj.get("status") or {}}
+def event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """What the run's story shows of an Event."""
+    return {k: event.get(k) for k in _EVENT_FIELDS}
 
 
-class Watched(ScopedWatch):
-    """The objects of one resource in scope, slim, by (namespace, name); each change told to ``changed``
-    with its topics."""
+def run_view(run: dict[str, Any]) -> dict[str, Any]:
+    """What the pages show of a run: its record (:func:`anarchon.cli.records.run_record`), its
+    job, and the Pod its status names."""
+    return run_record(run) | {"job": job_of(run), "podName": (run.get("status") or {}).get("podName")}
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the pages show of a job that follows from its object alone."""
+
+    #: :func:`anarchon.cli.records.job_record`, less ``nextScheduleTime``: that moves with the
+    #: clock (the pages ask the ``schedule`` for the next times at each request).
+    record: dict[str, Any]
+    #: The schedule in words, and the schedule; None if the spec is invalid.
+    words: str | None
+    schedule: Schedule | None
+    #: Ready, Suspended, or Invalid with the reason.
+    ready: str
+    #: Its windows of missed slots (``status.missed``).
+    missed: list[dict[str, Any]]
+
+    @property
+    def namespace(self) -> str:
+        return str(self.record["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.record["name"])
+
+
+def _ready(job: dict[str, Any], record: dict[str, Any]) -> str:
+    """Ready, Suspended, or Invalid with the reason: the operator's conditions, else what the spec says."""
+    if record["problems"]:
+        return "Invalid: " + "; ".join(record["problems"])
+    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
+    invalid, ready = conditions.get("Invalid"), conditions.get("Ready")
+    if invalid and invalid.get("status") == "True":
+        return f"Invalid: {invalid.get('message')}"
+    if ready is None:
+        return "Unknown: no replica has written the job's status"
+    if ready.get("status") == "True":
+        return "Ready"
+    return f"{ready.get('reason')}: {ready.get('message')}"
+
+
+def job_facts(job: dict[str, Any]) -> JobFacts:
+    record = job_record(job, time.time_ns() // 1_000_000)
+    del record["nextScheduleTime"]
+    try:
+        schedule: Schedule | None = parse_job(job).schedule
+    except SpecError:
+        schedule = None
+    words = None if schedule is None else in_words(schedule)
+    missed = list((job.get("status") or {}).get("missed") or [])
+    return JobFacts(record, words, schedule, _ready(job, record), missed)
+
+
+class Watched(ScopedWatch, Generic[V]):
+    """The objects of one resource in scope, kept as ``view(obj)``, by (namespace, name); each
+    change told to ``changed`` with its topics."""
+
+    #: Objects per request of a listing.
+    page_size = 500
 
     def __init__(
         self,
@@ -81,7 +150,8 @@ class Watched(ScopedWatch):
         *,
         resource: str,
         what: str,
-        topics: Callable[[dict[str, Any]], Iterable[str]],
+        view: Callable[[dict[str, Any]], V],
+        topics: Callable[[str, dict[str, Any]], Iterable[str]],
         changed: Callable[[set[str]], None],
         selector: str | None = None,
         keep: Callable[[dict[str, Any]], bool] = lambda _: True,
@@ -89,12 +159,13 @@ class Watched(ScopedWatch):
     ) -> None:
         super().__init__(kube, namespaces)
         self.resource, self.what, self.selector = resource, what, selector
-        self.objects: dict[Key, dict[str, Any]] = {}
+        self.objects: dict[Key, V] = {}
         #: The keys of the objects by ``group(obj)`` (the runs of a job), found without a scan.
         self.groups: dict[Key, set[Key]] = {}
+        self._group_of: dict[Key, Key] = {}
         #: Per scope ("" for every namespace), why it cannot be listed: the API server's words.
         self.errors: dict[str, str] = {}
-        self._topics, self._changed, self._keep, self._group = topics, changed, keep, group
+        self._view, self._topics, self._changed, self._keep, self._group = view, topics, changed, keep, group
         #: Set once every scope's first list answered (with its objects or a refusal).
         self.answered = asyncio.Event()
         self._unanswered = set(namespaces) or {""}
@@ -104,27 +175,32 @@ class Watched(ScopedWatch):
         if not self._unanswered:
             self.answered.set()
 
-    def group(self, key: Key) -> list[dict[str, Any]]:
+    def group(self, key: Key) -> list[V]:
         return [self.objects[k] for k in self.groups.get(key, ())]
 
-    def _put(self, obj: dict[str, Any]) -> None:
-        key = key_of(obj)
+    def _put(self, kept: dict[str, Any]) -> None:
+        key, group = kept["key"], kept["group"]
         self._drop(key)
-        self.objects[key] = _slim(obj)
-        self.groups.setdefault(self._group(obj), set()).add(key)
+        self.objects[key], self._group_of[key] = kept["view"], group
+        self.groups.setdefault(group, set()).add(key)
 
     def _drop(self, key: Key) -> None:
-        old = self.objects.pop(key, None)
-        if old is not None and (keys := self.groups.get(self._group(old))) is not None:
+        self.objects.pop(key, None)
+        group = self._group_of.pop(key, None)
+        if group is not None and (keys := self.groups.get(group)) is not None:
             keys.discard(key)
             if not keys:
-                del self.groups[self._group(old)]
+                del self.groups[group]
+
+    def _kept(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What is kept of ``obj``: its key, its group's, its view."""
+        return {"key": key_of(obj), "group": self._group(obj), "view": self._view(obj)}
 
     async def _list(self, scope: str) -> tuple[list[dict[str, Any]], str]:
         from ..cli.common import api_failure
 
         try:
-            found = await super()._list(scope)
+            found = await self._pages(scope)
         except ApiException as exc:
             self.errors[scope] = str(await api_failure(self.kube, exc))
             self._answer(scope)
@@ -138,12 +214,24 @@ class Watched(ScopedWatch):
         self.errors.pop(scope, None)
         return found
 
+    async def _pages(self, scope: str) -> tuple[list[dict[str, Any]], str]:
+        """What is kept (:meth:`_kept`) of the scope's objects, read a page at a time, and the
+        listing's resourceVersion."""
+        params: dict[str, Any] = {"labelSelector": self.selector, "limit": self.page_size}
+        kept: list[dict[str, Any]] = []
+        while True:
+            listing = await self.kube.request("GET", path(self.resource, scope or None), params=params)
+            kept += [self._kept(obj) for obj in listing.get("items") or [] if self._keep(obj)]
+            del listing["items"]
+            if not (token := listing["metadata"].get("continue")):
+                return kept, str(listing["metadata"]["resourceVersion"])
+            params["continue"] = token
+
     def _listed(self, scope: str, items: list[dict[str, Any]]) -> None:
         for key in [k for k in self.objects if not scope or k[0] == scope]:
             self._drop(key)
-        for obj in items:
-            if self._keep(obj):
-                self._put(obj)
+        for kept in items:
+            self._put(kept)
         self._answer(scope)
         self._changed({"*"})
 
@@ -153,8 +241,8 @@ class Watched(ScopedWatch):
         if kind == "DELETED":
             self._drop(key_of(obj))
         else:
-            self._put(obj)
-        self._changed(set(self._topics(obj)))
+            self._put(self._kept(obj))
+        self._changed(set(self._topics(kind, obj)))
 
 
 @dataclass(eq=False)
@@ -174,17 +262,18 @@ class Subscription:
         return taken
 
 
-def _job_topics(job: dict[str, Any]) -> Iterable[str]:
+def _job_topics(kind: str, job: dict[str, Any]) -> Iterable[str]:
+    """``job:NS/NAME``; and ``jobs`` when the job came or went: the rows of the jobs page."""
     namespace, name = key_of(job)
-    return ("jobs", f"job:{namespace}/{name}")
+    return (f"job:{namespace}/{name}", *(["jobs"] if kind != "MODIFIED" else []))
 
 
-def _run_topics(run: dict[str, Any]) -> Iterable[str]:
+def _run_topics(_: str, run: dict[str, Any]) -> Iterable[str]:
     namespace, name = key_of(run)
-    return ("jobs", f"run:{namespace}/{name}", f"runs:{namespace}/{job_of(run)}")
+    return (f"run:{namespace}/{name}", f"runs:{namespace}/{job_of(run)}")
 
 
-def _event_topics(event: dict[str, Any]) -> Iterable[str]:
+def _event_topics(_: str, event: dict[str, Any]) -> Iterable[str]:
     about = event.get("involvedObject") or {}
     namespace = str(about.get("namespace") or key_of(event)[0])
     if about.get("kind") == JOB_KIND:
@@ -207,26 +296,24 @@ class Model:
     def __init__(self, kube: Kube, namespaces: Sequence[str]) -> None:
         self.namespaces = list(namespaces)
         self._subscribers: set[Subscription] = set()
-        self.jobs = Watched(
-            kube, namespaces, resource=JOBS, what="AnarchonJobs", topics=_job_topics, changed=self.publish
-        )
-        self.runs = Watched(
-            kube,
-            namespaces,
+        #: How many changes were published: a page says which it was drawn after (:meth:`since`).
+        self.version = 0
+        self._recent: deque[tuple[int, set[str]]] = deque(maxlen=CHANGES_KEPT)
+        watch = functools.partial(Watched, kube, namespaces, changed=self.publish)
+        self.jobs = watch(resource=JOBS, what="AnarchonJobs", view=job_facts, topics=_job_topics)
+        self.runs = watch(
             resource=RUNS,
             what="AnarchonRuns",
+            view=run_view,
             topics=_run_topics,
-            changed=self.publish,
             selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
             group=lambda run: (key_of(run)[0], job_of(run)),
         )
-        self.events = Watched(
-            kube,
-            namespaces,
+        self.events = watch(
             resource="events",
             what="Events",
+            view=event_view,
             topics=_event_topics,
-            changed=self.publish,
             keep=_our_event,
             group=lambda event: (key_of(event)[0], str((event.get("involvedObject") or {}).get("name") or "")),
         )
@@ -249,6 +336,8 @@ class Model:
     # -- changes ---------------------------------------------------------------------------------
 
     def publish(self, topics: set[str]) -> None:
+        self.version += 1
+        self._recent.append((self.version, topics))
         for sub in self._subscribers:
             sub.pending |= topics
             sub.wake.set()
@@ -261,6 +350,15 @@ class Model:
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
 
+    def since(self, version: int) -> set[str]:
+        """The topics changed after :attr:`version` was ``version``: what a page drawn then and
+        listening only now has missed (``*``, all, if that is further back than is kept)."""
+        if version >= self.version:
+            return set()
+        if not self._recent or self._recent[0][0] > version + 1:
+            return {"*"}
+        return set().union(*(topics for v, topics in self._recent if v > version))
+
     # -- reads -----------------------------------------------------------------------------------
 
     @property
@@ -272,19 +370,20 @@ class Model:
             for scope, text in sorted(watch.errors.items())
         ]
 
-    def job_list(self) -> list[dict[str, Any]]:
+    def job_list(self) -> list[JobFacts]:
         return [self.jobs.objects[k] for k in sorted(self.jobs.objects)]
 
-    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def job(self, namespace: str, name: str) -> JobFacts | None:
         return self.jobs.objects.get((namespace, name))
 
     def run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The run's :func:`run_view`."""
         return self.runs.objects.get((namespace, name))
 
     def runs_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        """The job's kept runs, by slot."""
+        """The job's kept runs (:func:`run_view`), by slot."""
         found = self.runs.group((namespace, job))
-        found.sort(key=lambda r: int((r.get("spec") or {}).get("slot") or 0))
+        found.sort(key=lambda r: int(r["slot"]))
         return found
 
     def events_of_run(self, namespace: str, job: str, run: str, pods: Iterable[str]) -> list[dict[str, Any]]:

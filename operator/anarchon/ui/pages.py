@@ -3,7 +3,7 @@
 The tables are plain HTML, readable without JavaScript and with the keyboard (links and buttons
 only); the script (static/ui.js) only refreshes the ``main`` element when a change the page
 shows arrives. The words are the CLI's: :func:`anarchon.cli.records.job_record` and
-:func:`~anarchon.cli.records.run_record` give the fields, ``anarchon get``'s suspended text,
+:func:`~anarchon.cli.records.run_record` give the fields (kept by :mod:`.model`), ``anarchon get``'s suspended text,
 the engine's schedule the next times. Nothing inline (no style or script attribute): the
 Content-Security-Policy allows the package's own files only.
 """
@@ -17,12 +17,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ..cli.output import relative
-from ..cli.records import job_record, run_record, suspended_text
+from ..cli.records import suspended_text
 from ..cli.times import upcoming
-from ..kube.spec import SpecError, parse_job, slot_time
+from ..kube.spec import slot_time
 from ..kube.workload import fencing_token
 from . import timeline
-from .words import in_words
+from .model import JobFacts
 
 #: Runs listed under a job's timeline at most (newest first); the timeline draws them all.
 RUNS_LISTED = 100
@@ -40,10 +40,19 @@ def _at(rfc3339: str | None) -> str:
     return f'<time datetime="{esc(rfc3339)}" title="{esc(rfc3339)}">{esc(relative(rfc3339))}</time>'
 
 
+def _row(cells: Sequence[str], attributes: str = "") -> str:
+    """A table row of cells already in HTML."""
+    return f"<tr{attributes}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
 def _table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:
     """A table of cells already in HTML."""
+    return _table_of(caption, headers, "".join(map(_row, rows)), cls)
+
+
+def _table_of(caption: str, headers: Sequence[str], body: str, cls: str) -> str:
+    """A table of rows already in HTML."""
     head = "".join(f'<th scope="col">{esc(h)}</th>' for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return (
         f'<table class="{cls}"><caption>{caption}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
     )
@@ -66,15 +75,16 @@ def run_href(namespace: str, name: str) -> str:
     return f"/runs/{namespace}/{name}"
 
 
-def layout(title: str, topics: Sequence[str], main: str, *, scope: str) -> str:
-    """The whole page: ``main`` in the element the script refreshes when one of ``topics`` changes."""
+def layout(title: str, topics: Sequence[str], main: str, *, scope: str, version: int) -> str:
+    """The whole page: ``main`` in the element the script refreshes when one of ``topics`` changes;
+    ``version``, the model's when the page was drawn (the script's event stream starts there)."""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · anarchon</title>"
         '<link rel="icon" href="/static/icon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/ui.css"><script src="/static/ui.js" defer></script></head>'
-        f'<body data-topics="{esc(" ".join(topics))}">'
+        f'<body data-topics="{esc(" ".join(topics))}" data-version="{version}">'
         '<header><nav aria-label="pages"><a href="/">Jobs</a> <a href="/timeline">Timeline</a></nav>'
         f'<span class="scope">{esc(scope)}</span>'
         '<span id="live" class="live" aria-live="polite">not live (no script)</span></header>'
@@ -95,22 +105,23 @@ def errors_html(errors: Sequence[str]) -> str:
 
 @dataclass
 class JobView:
-    """One job and what follows from it and its kept runs."""
+    """One job, its kept runs (:func:`.model.run_view`, by slot) and its next times."""
 
-    record: dict[str, Any]
-    words: str | None
-    next_times: list[dict[str, Any]]
-    ready: str
+    facts: JobFacts
     runs: list[dict[str, Any]]
-    missed: list[dict[str, Any]]
+    next_times: list[dict[str, Any]]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.facts.record
 
     @property
     def namespace(self) -> str:
-        return str(self.record["namespace"])
+        return self.facts.namespace
 
     @property
     def name(self) -> str:
-        return str(self.record["name"])
+        return self.facts.name
 
     def last_outcome(self) -> dict[str, Any] | None:
         return next((r for r in reversed(self.runs) if r["outcome"] is not None), None)
@@ -124,40 +135,17 @@ class JobView:
         return f"{good}/{len(ran)} ({100 * good // len(ran)}%)"
 
 
-def _ready(job: dict[str, Any], record: dict[str, Any]) -> str:
-    """Ready, Suspended, or Invalid with the reason: the operator's conditions, else what the spec says."""
-    if record["problems"]:
-        return "Invalid: " + "; ".join(record["problems"])
-    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
-    invalid, ready = conditions.get("Invalid"), conditions.get("Ready")
-    if invalid and invalid.get("status") == "True":
-        return f"Invalid: {invalid.get('message')}"
-    if ready is None:
-        return "Unknown: no replica has written the job's status"
-    if ready.get("status") == "True":
-        return "Ready"
-    return f"{ready.get('reason')}: {ready.get('message')}"
-
-
-def job_view(job: dict[str, Any], runs: list[dict[str, Any]], now_ms: int, next_count: int = 3) -> JobView:
-    record = job_record(job, now_ms)
-    words, times = None, []
-    try:
-        schedule = parse_job(job).schedule
-    except SpecError:
-        pass
-    else:
-        words = in_words(schedule)
-        if not record["suspended"]:
-            times = upcoming(schedule, now_ms, next_count)
-    missed = list((job.get("status") or {}).get("missed") or [])
-    return JobView(record, words, times, _ready(job, record), [run_record(r) for r in runs], missed)
+def job_view(facts: JobFacts, runs: list[dict[str, Any]], now_ms: int, next_count: int = 3) -> JobView:
+    times = []
+    if facts.schedule is not None and not facts.record["suspended"]:
+        times = upcoming(facts.schedule, now_ms, next_count)
+    return JobView(facts, runs, times)
 
 
 def _schedule_cell(v: JobView) -> str:
-    if v.words is None:
+    if v.facts.words is None:
         return '<span class="bad">invalid</span>'
-    return f"{esc(v.words)}<br><code>{esc(v.record['schedule'])}</code>"
+    return f"{esc(v.facts.words)}<br><code>{esc(v.record['schedule'])}</code>"
 
 
 def _next_cell(v: JobView) -> str:
@@ -181,8 +169,9 @@ def _last_cell(v: JobView) -> str:
 
 
 def _ready_cell(v: JobView) -> str:
-    cls = "ok" if v.ready == "Ready" else "bad" if v.ready.startswith("Invalid") else "warn"
-    return f'<span class="{cls}">{esc(v.ready)}</span>'
+    ready = v.facts.ready
+    cls = "ok" if ready == "Ready" else "bad" if ready.startswith("Invalid") else "warn"
+    return f'<span class="{cls}">{esc(ready)}</span>'
 
 
 def _job_actions(v: JobView) -> str:
@@ -191,28 +180,35 @@ def _job_actions(v: JobView) -> str:
     return _button("trigger", "Trigger now", **target) + " " + toggle
 
 
+def job_rows(views: Sequence[JobView], *, all_namespaces: bool) -> str:
+    """The rows of the jobs page. Each is named by its job (``id``) and says what changes it
+    (``data-topics``): the script fetches only the rows a change is about."""
+    rows = []
+    for v in views:
+        name = f"{v.namespace}/{v.name}" if all_namespaces else v.name
+        key = f"{v.namespace}/{v.name}"
+        cells = [
+            f'<a href="{esc(job_href(v.namespace, v.name))}">{esc(name)}</a>',
+            _schedule_cell(v),
+            esc(v.record["timeZone"] or "-"),
+            esc(suspended_text(v.record)),
+            _ready_cell(v),
+            esc(v.record["active"]),
+            _last_cell(v),
+            esc(v.success()),
+            _next_cell(v),
+            _job_actions(v),
+        ]
+        rows.append(_row(cells, f' id="job:{esc(key)}" data-topics="job:{esc(key)} runs:{esc(key)}"'))
+    return "".join(rows)
+
+
 def jobs_page(views: Sequence[JobView], *, all_namespaces: bool, scope: str, errors: Sequence[str]) -> str:
     if not views:
         return errors_html(errors) + f"<h1>Jobs</h1><p>No AnarchonJobs in {esc(scope)}.</p>"
     headers = ["Job", "Schedule", "Time zone", "Suspended", "Ready", "Active", "Last outcome", "Success", "Next 3"]
-    rows = []
-    for v in views:
-        name = f"{v.namespace}/{v.name}" if all_namespaces else v.name
-        rows.append(
-            [
-                f'<a href="{esc(job_href(v.namespace, v.name))}">{esc(name)}</a>',
-                _schedule_cell(v),
-                esc(v.record["timeZone"] or "-"),
-                esc(suspended_text(v.record)),
-                _ready_cell(v),
-                esc(v.record["active"]),
-                _last_cell(v),
-                esc(v.success()),
-                _next_cell(v),
-                _job_actions(v),
-            ]
-        )
-    table = _table(f"{len(views)} jobs in {esc(scope)}", [*headers, "Actions"], rows, "jobs")
+    body = job_rows(views, all_namespaces=all_namespaces)
+    table = _table_of(f"{len(views)} jobs in {esc(scope)}", [*headers, "Actions"], body, "jobs")
     return errors_html(errors) + f"<h1>Jobs</h1>{table}"
 
 
@@ -255,6 +251,11 @@ def range_links(base: str, shown: Range, now_ms: int) -> str:
     return f'<nav class="zoom" aria-label="time range">{" ".join(links)}</nav>{form}'
 
 
+#: How to zoom and pan other than by the links: static/ui.js does it (and shows this, hidden without it).
+HINT = (
+    "Ctrl + wheel (or a pinch) zooms about the pointer, a drag pans; "
+    "on the focused timeline, + and - zoom, ← and → pan."
+)
 LEGEND = (
     '<ul class="legend" aria-label="legend">'
     + "".join(
@@ -274,7 +275,7 @@ def timeline_html(views: Sequence[JobView], shown: Range, now_ms: int, *, base: 
             href=job_href(v.namespace, v.name),
             run_prefix=run_href(v.namespace, ""),
             records=v.runs,
-            missed=v.missed,
+            missed=v.facts.missed,
         )
         for v in views
     ]
@@ -284,7 +285,11 @@ def timeline_html(views: Sequence[JobView], shown: Range, now_ms: int, *, base: 
         + "</p>"
     )
     svg = timeline.svg(rows, shown.start_ms, shown.end_ms, now_ms)
-    return range_links(base, shown, now_ms) + caption + f'<div class="timeline-box">{svg}</div>' + LEGEND
+    box = (
+        '<div class="timeline-box" id="timeline" tabindex="0" '
+        'aria-label="timeline: + and - zoom, the arrows move earlier and later">'
+    )
+    return range_links(base, shown, now_ms) + caption + f'{box}{svg}</div><p class="hint">{HINT}</p>' + LEGEND
 
 
 def timeline_page(
@@ -373,10 +378,10 @@ def _event_source(event: dict[str, Any]) -> str:
 
 
 def run_page(
-    run: dict[str, Any], namespace: str, events: Sequence[dict[str, Any]], log: Log | None, *, errors: Sequence[str]
+    r: dict[str, Any], namespace: str, events: Sequence[dict[str, Any]], log: Log | None, *, errors: Sequence[str]
 ) -> str:
-    r = run_record(run)
-    job = str((run.get("spec") or {}).get("job") or "")
+    """The story of run ``r`` (:func:`.model.run_view`)."""
+    job = r["job"]
     facts = {
         "Job": f'<a href="{esc(job_href(namespace, job))}">{esc(namespace)}/{esc(job)}</a>',
         "Slot": esc(r["slotTime"]),

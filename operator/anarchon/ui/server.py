@@ -7,8 +7,12 @@ own address is refused (DNS rebinding), and an action must be a POST from one of
 Content-Security-Policy that allows the package's own files only.
 
 ``GET /events`` is the stream a page listens to: one ``change`` event per burst of changes, with
-the topics changed (:mod:`.model`); the page refreshes its ``main`` element when it shows one
-of them, by asking its own URL again with ``X-Anarchon-Fragment: main``.
+the topics changed (:mod:`.model`), the first for all that changed since the page was drawn
+(``?since=`` its version, in the page); the page refreshes its ``main`` element when it shows one
+of them, by asking its own URL again with ``X-Anarchon-Fragment: main``. The jobs page also
+refreshes single rows: ``X-Anarchon-Fragment: rows`` with the rows' ids in ``X-Anarchon-Rows``
+(``job:NS/NAME ...``) answers those rows alone, so that a change of one job costs one row, not
+the whole table.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from aiohttp import web
 from ..kube.client import ApiException, path
 from ..kube.triggers import parse_trigger
 from . import actions, pages
-from .model import Model, job_of
+from .model import Model
 from .timeline import Row, span_of
 
 if TYPE_CHECKING:
@@ -44,6 +48,7 @@ KEEPALIVE_S: Final = 15.0
 #: How long the Pod log request may take before the story says so instead.
 LOG_TIMEOUT_S: Final = 5.0
 FRAGMENT_HEADER: Final = "X-Anarchon-Fragment"
+ROWS_HEADER: Final = "X-Anarchon-Rows"
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": (
         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -119,23 +124,30 @@ class UI:
 
     # -- pages -------------------------------------------------------------------------------------
 
-    def _page(self, request: web.Request, title: str, topics: list[str], main: str, status: int = 200) -> web.Response:
+    def _page(
+        self,
+        request: web.Request,
+        title: str,
+        topics: list[str],
+        main: str,
+        status: int = 200,
+        version: int | None = None,
+    ) -> web.Response:
+        """``main`` alone (the script's refresh), or the page around it; ``version``: the model's
+        when ``main`` was drawn from it, if not now."""
         if request.headers.get(FRAGMENT_HEADER) == "main":
             return web.Response(text=main, content_type="text/html", status=status)
-        html = pages.layout(title, topics, main, scope=self.scope)
+        version = self.model.version if version is None else version
+        html = pages.layout(title, topics, main, scope=self.scope, version=version)
         return web.Response(text=html, content_type="text/html", status=status)
 
     def _views(self, now: int) -> list[pages.JobView]:
-        return [
-            pages.job_view(job, self.model.runs_of(*key), now)
-            for job in self.model.job_list()
-            for key in [(job["metadata"]["namespace"], job["metadata"]["name"])]
-        ]
+        return [pages.job_view(f, self.model.runs_of(f.namespace, f.name), now) for f in self.model.job_list()]
 
     def _range(self, request: web.Request, views: list[pages.JobView], now: int) -> pages.Range:
         given = [request.query.get("from"), request.query.get("to")]
         if not any(given):
-            start, end = span_of([Row("", "", "", v.runs, v.missed) for v in views], now)
+            start, end = span_of([Row("", "", "", v.runs, v.facts.missed) for v in views], now)
             return pages.Range(start, end, False)
         start_ms, end_ms = (parse_trigger(v) if v else None for v in given)
         if start_ms is None or end_ms is None or end_ms <= start_ms:
@@ -145,10 +157,21 @@ class UI:
         return pages.Range(start_ms, end_ms, True)
 
     async def jobs(self, request: web.Request) -> web.Response:
+        if request.headers.get(FRAGMENT_HEADER) == "rows":
+            return self._job_rows(request.headers.get(ROWS_HEADER, "").split())
         main = pages.jobs_page(
             self._views(now_ms()), all_namespaces=self.all_namespaces, scope=self.scope, errors=self.model.errors
         )
         return self._page(request, "Jobs", ["jobs"], main)
+
+    def _job_rows(self, ids: list[str]) -> web.Response:
+        """The rows ``job:NS/NAME`` of the jobs page, of the jobs that still exist."""
+        now, views = now_ms(), []
+        for key in sorted(set(ids)):
+            namespace, _, name = key.removeprefix("job:").partition("/")
+            if (facts := self.model.job(namespace, name)) is not None:
+                views.append(pages.job_view(facts, self.model.runs_of(namespace, name), now))
+        return web.Response(text=pages.job_rows(views, all_namespaces=self.all_namespaces), content_type="text/html")
 
     async def timeline(self, request: web.Request) -> web.Response:
         now = now_ms()
@@ -157,33 +180,34 @@ class UI:
         main = pages.timeline_page(
             views, shown, now, all_namespaces=self.all_namespaces, scope=self.scope, errors=self.model.errors
         )
-        return self._page(request, "Timeline", ["jobs"], main)
+        return self._page(request, "Timeline", ["jobs", "job:*", "runs:*"], main)
 
     async def job(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         topics = [f"job:{namespace}/{name}", f"runs:{namespace}/{name}"]
-        job = self.model.job(namespace, name)
-        if job is None:
+        facts = self.model.job(namespace, name)
+        if facts is None:
             text = pages.not_found(f"No AnarchonJob {name!r} in namespace {namespace!r} (or not yet listed).")
             return self._page(request, name, topics, pages.errors_html(self.model.errors) + text, 404)
         now = now_ms()
-        view = pages.job_view(job, self.model.runs_of(namespace, name), now)
+        view = pages.job_view(facts, self.model.runs_of(namespace, name), now)
         shown = self._range(request, [view], now)
         return self._page(request, name, topics, pages.job_page(view, shown, now, errors=self.model.errors))
 
     async def run(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
+        version = self.model.version  # the story is drawn from what is known now, the log read after
         run = self.model.run(namespace, name)
         if run is None:
             text = pages.not_found(f"No AnarchonRun {name!r} in namespace {namespace!r} (or not yet listed).")
             return self._page(request, name, [f"run:{namespace}/{name}"], text, 404)
-        job = job_of(run)
-        status = run.get("status") or {}
-        pods = [str(t.get("podName")) for t in status.get("tries") or [] if t.get("podName")]
+        job = run["job"]
+        pods = [str(t["pod"]) for t in run["tries"] if t["pod"]]
         events = self.model.events_of_run(namespace, job, name, pods)
-        log_of = await self._log(namespace, str(status.get("podName") or (pods[-1] if pods else "")))
+        log_of = await self._log(namespace, str(run["podName"] or (pods[-1] if pods else "")))
         main = pages.run_page(run, namespace, events, log_of, errors=self.model.errors)
-        return self._page(request, name, [f"run:{namespace}/{name}", f"events:{namespace}/{job}"], main)
+        topics = [f"run:{namespace}/{name}", f"events:{namespace}/{job}"]
+        return self._page(request, name, topics, main, version=version)
 
     async def _log(self, namespace: str, pod: str) -> pages.Log | None:
         """The last lines of the Pod's log with the user's credentials, or the API server's reason why not."""
@@ -242,11 +266,17 @@ class UI:
     # -- the event stream and the files ------------------------------------------------------------
 
     async def events(self, request: web.Request) -> web.StreamResponse:
+        since = request.query.get("since", "")
+        if since and not (since.isascii() and since.isdigit()):
+            raise web.HTTPBadRequest(text=f"since={since!r}: expected the page's version, a number")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **SECURITY_HEADERS})
         await response.prepare(request)
         sub = self.model.subscribe()
+        missed = self.model.since(int(since)) if since else set()  # with the subscription: no gap
         try:
             await response.write(b"retry: 1000\nevent: hello\ndata: live\n\n")
+            if missed:
+                await response.write(f"event: change\ndata: {' '.join(sorted(missed))}\n\n".encode())
             while True:
                 try:
                     topics = await asyncio.wait_for(sub.next(SETTLE_S), KEEPALIVE_S)

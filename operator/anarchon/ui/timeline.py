@@ -7,8 +7,9 @@ that launched the Pod again) circles; a Skipped run is a diamond at its slot, a 
 missed slots (``status.missed``) a grey band. Runs that overlap (``overlap: Allow``) go on lanes
 below each other. Each run is a link to its story, with its facts as the link's tooltip.
 
-It is drawn for a time range (zoom and pan are links to other ranges), and only the runs in
-the range are drawn: a few thousand elements at most for 1,000 runs.
+It is drawn for a time range (zoom and pan are links to other ranges; the range and where the
+plot lies are on the ``svg`` element for static/ui.js's wheel, drag and keys), and only the runs
+in the range are drawn: a few thousand elements at most for 1,000 runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from ..kube.spec import ms_of
 
 WIDTH = 1200
 LABEL_W = 170
+#: The plot ends this far from the right edge.
+PLOT_END = 10
 LANE_H = 14
 LANE_GAP = 4
 AXIS_H = 24
@@ -71,7 +74,7 @@ class _Scale:
 
     def x(self, ms: int) -> float:
         frac = (ms - self.start) / (self.end - self.start)
-        return round(LABEL_W + min(max(frac, -0.01), 1.01) * (WIDTH - LABEL_W - 10), 1)
+        return round(LABEL_W + min(max(frac, -0.01), 1.01) * (WIDTH - LABEL_W - PLOT_END), 1)
 
 
 def _bar_span(r: dict[str, Any], now_ms: int) -> tuple[int, int]:
@@ -195,7 +198,8 @@ def svg(rows: list[Row], start_ms: int, end_ms: int, now_ms: int) -> str:
     runs = sum(len(row.records) for row in rows)
     return (
         f'<svg class="timeline" viewBox="0 0 {WIDTH} {total}" width="{WIDTH}" height="{total}" role="img" '
-        f'aria-label="timeline of {runs} runs" xmlns="http://www.w3.org/2000/svg">'
+        f'aria-label="timeline of {runs} runs" xmlns="http://www.w3.org/2000/svg" '
+        f'data-from="{scale.start}" data-to="{scale.end}" data-plot="{LABEL_W} {WIDTH - PLOT_END}">'
         + _axis(scale, y)
         + "".join(body)
         + "</svg>"
