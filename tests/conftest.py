@@ -23,4 +23,7 @@ if importlib.util.find_spec("tests.faults.toxiproxy") is not None:
         globals()[_fixture] = getattr(_faults, _fixture)
 
 # The control plane (etcd, kube-apiserver, KWOK...) is one per session for every test dir.
-from tests.k8s.fixtures import control_plane, kube, namespace, pytest_terminal_summary, real_node  # noqa: E402, F401
+from tests.k8s.fixtures import control_plane, kube, namespace, real_node  # noqa: E402, F401
+
+# How tests are spread over pytest-xdist workers, and the run's end report (tests/harness/plugin.py).
+pytest_plugins = ["tests.harness.plugin"]

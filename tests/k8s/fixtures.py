@@ -30,9 +30,8 @@ if str(_CONTROLPLANE_DIR) not in sys.path:
 
 from controlplane import ControlPlane, ControlPlaneError, MissingBinariesError  # noqa: E402
 
-_started: list[ControlPlane] = []
-#: Seconds each real node took to become Ready (for the terminal summary).
-_real_nodes: list[float] = []
+from tests.harness.report import report  # noqa: E402
+
 _shared: ControlPlane | None = None
 _users = 0
 
@@ -60,7 +59,9 @@ def control_plane() -> Iterator[ControlPlane]:
         if problem:  # outside the except block: no chained traceback around the message
             pytest.fail(problem, pytrace=False)
         _shared = cp
-        _started.append(cp)
+        versions = ", ".join(f"{k} {val}" for k, val in cp.version_info.items())
+        kept = f"; run dir kept: {cp.run_dir}" if cp.keep_run_dir else ""
+        report(f"control plane: started in {cp.start_seconds:.1f}s; {versions}{kept}")
     _users += 1
     try:
         yield _shared
@@ -85,7 +86,7 @@ def real_node(control_plane: ControlPlane) -> str:
     base = standin_base()
     if control_plane.real_node is None:
         node = control_plane.add_real_node(pause_image=standin_pause(base), images=[base])
-        _real_nodes.append(node.start_seconds)
+        report(f"real node (kubelet + containerd): Ready {node.start_seconds:.1f}s after start")
     return base
 
 
@@ -179,13 +180,3 @@ def wait_established(cp: ControlPlane, *crds: str, timeout: float = 60.0) -> Non
         return res.returncode == 0
 
     wait_for(f"{', '.join(crds)} to be Established", established, timeout=timeout)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Report the control plane's start time and versions, so CI logs show them."""
-    for cp in _started:
-        v = ", ".join(f"{k} {val}" for k, val in cp.version_info.items())
-        kept = f"; run dir kept: {cp.run_dir}" if cp.keep_run_dir else ""
-        terminalreporter.write_line(f"control plane: started in {cp.start_seconds:.1f}s; {v}{kept}")
-    for seconds in _real_nodes:
-        terminalreporter.write_line(f"real node (kubelet + containerd): Ready {seconds:.1f}s after start")

@@ -1,0 +1,1 @@
+"""What every test directory shares: the pytest hooks that spread tests over workers, the run's report."""
