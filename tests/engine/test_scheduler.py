@@ -41,8 +41,14 @@ FACTOR = 20.0  # one fake second is 50 ms of real time
 
 
 @pytest.fixture
-def clock() -> ScaledClock:
-    return fast_clock(FACTOR)
+def factor() -> float:
+    """The clock's speed; a test whose bounds are tight at FACTOR on a loaded machine parametrizes it."""
+    return FACTOR
+
+
+@pytest.fixture
+def clock(factor: float) -> ScaledClock:
+    return fast_clock(factor)
 
 
 @pytest.fixture
@@ -72,6 +78,9 @@ async def cluster(
         await sched.backend.close()
 
 
+# 5x: a slot every 200 real ms, not 50: a loaded machine stalled the loop past a slot, which
+# (catch-up None, the default) is then missed, not run late.
+@pytest.mark.parametrize("factor", [5.0])
 async def test_one_winner_per_slot_and_no_slot_lost(cluster, clock: ScaledClock, job_name: str) -> None:
     instances = cluster(3)
     calls = Calls(clock)
@@ -241,6 +250,8 @@ async def test_overlap_allow_runs_concurrently(cluster, clock: ScaledClock, job_
     assert peak >= 2
 
 
+# 5x: a heartbeat of 100 real ms, not 25: at 20x a loaded machine's stall skipped a slot.
+@pytest.mark.parametrize("factor", [5.0])
 async def test_overlap_replace_fences_older(cluster, clock: ScaledClock, job_name: str) -> None:
     ((a, rec),) = cluster(1)
     calls = Calls(clock)

@@ -281,7 +281,7 @@ async def test_catch_up_all_with_skip_runs_every_missed_slot_across_instances(
     Before, the instances that lost the first slot's claim went straight on to the next ones
     and found the first run still active: Skipped.
     """
-    factor = 20.0
+    factor = 5.0  # a heartbeat of 200 real ms: at 20x (50 ms) a loaded machine's stall cost a lease
     t0 = 1_800_000_000_000
     # History: one run at t0 + 1 min, then nobody up until t0 + 5.5 min.
     await ran_once_then_down(make_backend(), job_name, t0, factor)
