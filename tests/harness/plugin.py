@@ -13,9 +13,9 @@ The groups are computed from the test ids by the scheduler below, not read from 
 marks: pytest-xdist 3.8 passes a mark to the controller by rewriting the test's id, which pytest
 9.2 ignores (pytest-dev/pytest-xdist#1386), so marks silently group nothing.
 
-Groups are handed out slowest folder first (:data:`SLOWEST_FIRST`, from a serial run's times), so
-that the last ones, which decide when both workers are done, are short: a file of replicas tests
-takes minutes, one of the kube client's tests seconds.
+Groups are handed out slowest folder first (:data:`SLOWEST_FIRST`), so that the last ones, which
+decide when every worker is done, are short: a file of replicas tests takes minutes, one of the
+kube client's tests seconds.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from tests.harness.report import lines
 DOCKER_FIXTURES = frozenset({"operator_image", "image_on_real_node", "real_node"})
 #: ... and where the tests that use them live (checked at collection).
 DOCKER_TESTS = ("tests/image/", "tests/operator/test_real_node.py")
-#: Test folders, from the one whose files take longest (a serial run on 2 cores: tests/operator
-#: 1,210 s in 20 files, tests/engine 490 s, tests/cli 250 s, tests/chart 250 s); the rest after.
+#: Test folders, the one whose files take longest in all first (a serial run's times); the rest after.
 SLOWEST_FIRST = ("docker", "tests/operator/", "tests/engine/", "tests/cli/", "tests/chart/", "tests/ui/")
 _REPORT_KEY = "anarchon_report"
 
