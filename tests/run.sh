@@ -65,13 +65,13 @@ mypy || lint=1
 
 say "tests"
 # Most of the run waits on real time (leases, Pods, watches), so the tests run on
-# ANARCHON_TEST_WORKERS pytest-xdist workers (default 2), each with its own control plane and
+# ANARCHON_TEST_WORKERS pytest-xdist workers (default 3), each with its own control plane and
 # stores; a file's tests, and the Docker ones, stay on one worker (tests/harness/plugin.py).
 # Then the chaos soak (tests/chaos: the harsh profile on Redis and on PostgreSQL, ~5-6 min each),
 # alone: its timing must not share the machine with other tests. ANARCHON_SOAK=0 leaves it out
 # (ANARCHON_SOAK_PROFILE, _STORE, _SLOTS: test_soak.py). Extra arguments go to both runs.
 pytest=(python3 -m pytest -p no:cacheprovider -q --durations=15)
-"${pytest[@]}" -n "${ANARCHON_TEST_WORKERS:-2}" --dist loadgroup -m "not chaos" "$@"
+"${pytest[@]}" -n "${ANARCHON_TEST_WORKERS:-3}" --dist loadgroup -m "not chaos" "$@"
 rc=$?
 soak_rc=5
 if [ "${ANARCHON_SOAK:-1}" = "1" ]; then

@@ -1,6 +1,6 @@
 """The suite's pytest hooks: how tests are spread over pytest-xdist workers, and the run's report.
 
-``tests/run.sh`` runs the suite with ``-n 2 --dist loadgroup``. Every worker is a session of its own:
+``tests/run.sh`` runs the suite with ``-n 3 --dist loadgroup``. Every worker is a session of its own:
 its own control plane, stores and temporary directories, on free ports (nothing is shared but the
 read-only binaries in ~/.cache/anarchon). What must not be split or doubled is grouped:
 
