@@ -58,7 +58,7 @@ async def _handled(kube: Kube, namespace: str, name: str, key: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..engine.schedule import slots_between
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
     from ..kube.spec import SpecError, parse_job, run_name, slot_time
 
     try:

@@ -4,7 +4,7 @@ It sets the annotation ``anarchon.io/cancel`` (the reason) on the run's Anarchon
 ``anarchon.io/cancel-by`` (who asked, as the API server names the caller); ``kubectl annotate``
 of the first alone does the same. The replica that runs the run deletes its Pod and ends it
 Cancelled; with no replica up, the first that takes the run over does (see
-:mod:`anarchon.kube.runner`). The patch is conditional on the version read: a run that ended
+:mod:`anarchon.kube.run.runner`). The patch is conditional on the version read: a run that ended
 meanwhile is read again, and a run that has ended is left as it is (one line, exit 1).
 """
 
@@ -17,7 +17,7 @@ from .common import Failure, add_kube_args, crds_missing, report, time_arg, with
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
-    from ..kube.runs import Cancel
+    from ..kube.run.record import Cancel
 
 #: Where the API server says who the caller is (GA since Kubernetes 1.28).
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -76,7 +76,7 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
     """Ask the replicas to stop run ``name``; what was done, in one line. A run that has ended is
     the verb's one-line failure. ``anarchon ui`` cancels through this too."""
     from ..kube.constants import ANNOTATION_CANCEL, ANNOTATION_CANCEL_BY
-    from ..kube.runs import Cancel, cancel_of, ended
+    from ..kube.run.record import Cancel, cancel_of, ended
 
     by = await _caller(kube)
     while True:

@@ -46,7 +46,7 @@ def _text(job: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
     from ..kube.spec import parse_job
     from .records import job_record, run_record
     from .times import upcoming

@@ -201,7 +201,7 @@ def _print(records: list[dict[str, Any]], namespace: str, name: str, fmt: str) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
 
     try:
         args.slot = None if args.slot is None else time_arg("--slot", args.slot)

@@ -45,11 +45,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..engine import LeaseBackend, Scheduler
-from . import missed, runs
+from . import missed
 from .client import Kube, in_background
 from .events import EventPoster
 from .mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
-from .runcache import RunCache
+from .run import record
+from .run.cache import RunCache
 from .sharing import STORE_NOT_SHARED
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
@@ -246,7 +247,7 @@ class JobStatus:
         """The job's runs by slot: from the watch-fed cache when it is live, else one LIST."""
         if self.run_cache is not None and (cached := self.run_cache.runs_of(spec.namespace, spec.name)) is not None:
             return cached
-        return await runs.list_runs(self.kube, spec.namespace, spec.name)
+        return await record.list_runs(self.kube, spec.namespace, spec.name)
 
     async def invalid(
         self,
@@ -369,7 +370,7 @@ class JobStatus:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
         items = await self._runs_of(spec)
         if await self._mend(spec, items):
-            items = await runs.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
+            items = await record.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
         phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
         active = [
             {
@@ -417,7 +418,7 @@ class JobStatus:
         Skipped runs have a bucket of their own: a long job on a short period skips many
         slots, and they must not push the successful runs out of the history.
 
-        Newest by when they ran (:func:`.runs.ran_at`), not by their slot: a manual run or a
+        Newest by when they ran (:func:`.run.record.ran_at`), not by their slot: a manual run or a
         backfill of an old slot would otherwise be the oldest of the history, and deleted as
         soon as it ended.
         """
@@ -438,11 +439,11 @@ class JobStatus:
             ]
 
         doomed: list[dict[str, Any]] = []
-        for phases, keep in runs.history_kinds(spec):
-            bucket = sorted(of(*phases), key=runs.ran_at)
+        for phases, keep in record.history_kinds(spec):
+            bucket = sorted(of(*phases), key=record.ran_at)
             doomed += bucket[: max(0, len(bucket) - keep)]
         for r in doomed:
-            await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
+            await record.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
         await self._prune_store(spec, items)
 
     async def _prune_store(self, spec: JobSpec, items: list[dict[str, Any]]) -> None:

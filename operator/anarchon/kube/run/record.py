@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import ApiException, Kube, call, path, turn
-from .constants import (
+from ..client import ApiException, Kube, call, path, turn
+from ..constants import (
     ANNOTATION_CANCEL,
     ANNOTATION_CANCEL_BY,
     API_VERSION,
@@ -27,7 +27,7 @@ from .constants import (
     RUN_KIND,
     RUNS,
 )
-from .spec import JobSpec, run_name, slot_time
+from ..spec import JobSpec, run_name, slot_time
 
 Status = dict[str, Any]
 
@@ -435,7 +435,7 @@ def interrupted(status: Status, *, message: str) -> Status | None:
 
 @dataclass(frozen=True)
 class Cancel:
-    """Someone asked for the run to stop (:data:`.constants.ANNOTATION_CANCEL`): why, and who if known."""
+    """Someone asked for the run to stop (:data:`..constants.ANNOTATION_CANCEL`): why, and who if known."""
 
     reason: str
     by: str | None = None
@@ -478,7 +478,7 @@ async def record_skipped(
 ) -> None:
     """A Skipped slot gets its own AnarchonRun, so history shows why nothing ran; its status
     names the ``instance`` that wrote it, as a run's names the replica of its attempt (the other
-    replicas learn from such writes who is still at work: see :mod:`.listener`).
+    replicas learn from such writes who is still at work: see :mod:`..listener`).
 
     Its create and its status go in one API turn: under overload, its status queued again
     behind everything else left the run without a phase for that long (mending took it for an
