@@ -76,16 +76,16 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
     """Ask the replicas to stop run ``name``; what was done, in one line. A run that has ended is
     the verb's one-line failure. ``anarchon ui`` cancels through this too."""
     from ..kube.constants import ANNOTATION_CANCEL, ANNOTATION_CANCEL_BY
-    from ..kube.run.record import Cancel, cancel_of, ended
+    from ..kube.run.record import Cancel, RunStatus, cancel_of
 
     by = await _caller(kube)
     while True:
         obj = await _read(kube, namespace, name)
-        status = obj.get("status") or {}
+        status = RunStatus.of(obj.get("status"))
         where = f"anarchonrun {namespace}/{name}"
-        if ended(status):
-            message = " ".join(str(status.get("message") or "").split())
-            raise Failure(f"{where} has ended {status.get('phase')}" + (f": {message}" if message else ""))
+        if status.ended:
+            message = " ".join((status.message or "").split())
+            raise Failure(f"{where} has ended {status.phase}" + (f": {message}" if message else ""))
         if (asked := cancel_of(obj)) is not None:
             return f"{where}: cancel already requested{_who_why(asked)}"
         annotations = {ANNOTATION_CANCEL: reason, ANNOTATION_CANCEL_BY: by}

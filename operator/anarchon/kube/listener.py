@@ -123,7 +123,7 @@ class OperatorListener(MetricsListener):
             # be. As background work it came after all of this replica's runs, and at 3,000
             # jobs the other two wrote nearly every skip as well (a create, a 409, a read each).
             self.spawn(
-                record.record_skipped(self.kube, spec, slot, reason, str(cause), instance=self.instance_id),
+                record.record_skipped(self.kube, spec, slot, reason, cause, instance=self.instance_id),
                 background=False,
             )
         self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
@@ -165,7 +165,7 @@ class OperatorListener(MetricsListener):
             spec,
             slot,
             run.error or "overlap",
-            record.trigger_guess(spec, slot),
+            record.cause_guess(spec, slot),
             instance=self.instance_id,
         )
 

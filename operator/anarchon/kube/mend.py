@@ -118,7 +118,7 @@ async def mend_missing(
     if not isinstance(backend, LeaseBackend) or loop is None or not items:
         return []
     slots = {int(i["spec"]["slot"]) for i in items}
-    phases = [(int(i["spec"]["slot"]), str((i.get("status") or {}).get("phase") or "")) for i in items]
+    phases = [(int(i["spec"]["slot"]), record.RunStatus.of(i.get("status")).phase) for i in items]
     grace_ms = loop.options.lease_ms
     now = scheduler.clock.now_ms()
     window = slots_between(spec.schedule, now - grace_ms - look_back_ms, now)
@@ -129,11 +129,11 @@ async def mend_missing(
             continue
         if run.state in RUNNER_ENDED or deleted(spec.namespace, run_name(spec.name, run.slot)):
             continue  # deleted by hand or by the history limits: not lost
-        kind, keep = next(k for k in record.history_kinds(spec) if str(run.state) in k[0])
+        kind, keep = next(k for k in record.history_kinds(spec) if run.state in k[0])
         kept = sorted(slot for slot, phase in phases if phase in kind)
         if keep == 0 or (len(kept) >= keep and run.slot < kept[-keep]):
             continue  # the history limits would delete it at once
-        body = await record.ensure_run(kube, spec, run.slot, record.trigger_guess(spec, run.slot))
+        body = await record.ensure_run(kube, spec, run.slot, record.cause_guess(spec, run.slot))
         name = body["metadata"]["name"]
         log.warning("%s: the store ended it (%s), it had no object: writing one", name, run.state)
         await _close(kube, spec, name, run)
@@ -142,8 +142,7 @@ async def mend_missing(
 
 
 async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
-    phase = str(run.state)  # the engine's words are the AnarchonRun's phases
-    message = run.error or f"ended in the store as {phase}"
+    message = run.error or f"ended in the store as {run.state}"
     log.warning("run %s is open but its run ended in the store (%s): closing it", name, message)
     if run.state is RunState.INTERRUPTED and message.startswith(REPLACED_BY):
         pods = [p["metadata"]["name"] for p in await pods_of_run(kube, spec.namespace, name)]
@@ -154,5 +153,5 @@ async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
         spec.namespace,
         name,
         run.attempt,
-        lambda s: record.end_attempt(s, attempt=run.attempt, outcome=phase, message=message, final=True),
+        lambda s: record.end_attempt(s, attempt=run.attempt, outcome=run.state, message=message, final=True),
     )

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import LeaseBackend, Scheduler
+from ..engine import LeaseBackend, RunState, Scheduler
 from . import missed
 from .client import Kube, in_background
 from .events import EventPoster
@@ -371,19 +371,19 @@ class JobStatus:
         items = await self._runs_of(spec)
         if await self._mend(spec, items):
             items = await record.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
-        phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
+        runs = [(r, record.RunStatus.of(r.get("status"))) for r in items]
         active = [
             {
                 "name": r["metadata"]["name"],
                 "slot": int(r["spec"]["slot"]),
-                "attempt": int((r.get("status") or {}).get("attempt") or 1),
-                "instance": str((r.get("status") or {}).get("instance") or ""),
+                "attempt": status.attempt or 1,
+                "instance": status.instance or "",
             }
-            for r in items
-            if phase[r["metadata"]["name"]] in ("Claimed", "Running")
+            for r, status in runs
+            if status.phase is not None and status.phase.active
         ]
-        scheduled = [int(r["spec"]["slot"]) for r in items if phase[r["metadata"]["name"]] not in (None, "Skipped")]
-        succeeded = [int(r["spec"]["slot"]) for r in items if phase[r["metadata"]["name"]] == "Succeeded"]
+        scheduled = [int(r["spec"]["slot"]) for r, status in runs if status.phase not in (None, RunState.SKIPPED)]
+        succeeded = [int(r["spec"]["slot"]) for r, status in runs if status.phase is RunState.SUCCEEDED]
         now = self.scheduler.clock.now_ms()
         next_slot = spec.schedule.next_after(now)
         patch: dict[str, Any] = {
@@ -422,20 +422,17 @@ class JobStatus:
         backfill of an old slot would otherwise be the oldest of the history, and deleted as
         soon as it ended.
         """
-        phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
-
-        def done(r: dict[str, Any]) -> bool:
-            # An Interrupted run without a finish time is between attempts: not history yet.
-            status = r.get("status") or {}
-            return status.get("phase") != "Interrupted" or bool(status.get("finishTime"))
-
+        status = {r["metadata"]["name"]: record.RunStatus.of(r.get("status")) for r in items}
         running = self._running_slots(spec)
 
-        def of(*phases: str) -> list[dict[str, Any]]:
+        def of(*phases: RunState) -> list[dict[str, Any]]:
+            # Ended: an Interrupted run without a finish time is between attempts, not history yet.
             return [
                 r
                 for r in items
-                if phase[r["metadata"]["name"]] in phases and done(r) and int(r["spec"]["slot"]) not in running
+                if (s := status[r["metadata"]["name"]]).phase in phases
+                and s.ended
+                and int(r["spec"]["slot"]) not in running
             ]
 
         doomed: list[dict[str, Any]] = []

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 
 from ..kube.client import ApiException, path
+from ..kube.run.record import RunStatus
 from ..kube.triggers import parse_trigger
 from . import actions, pages
 from .model import Model, job_of
@@ -178,10 +179,10 @@ class UI:
             text = pages.not_found(f"No AnarchonRun {name!r} in namespace {namespace!r} (or not yet listed).")
             return self._page(request, name, [f"run:{namespace}/{name}"], text, 404)
         job = job_of(run)
-        status = run.get("status") or {}
-        pods = [str(t.get("podName")) for t in status.get("tries") or [] if t.get("podName")]
+        status = RunStatus.of(run.get("status"))
+        pods = [t.pod_name for t in status.tries if t.pod_name]
         events = self.model.events_of_run(namespace, job, name, pods)
-        log_of = await self._log(namespace, str(status.get("podName") or (pods[-1] if pods else "")))
+        log_of = await self._log(namespace, status.pod_name or (pods[-1] if pods else ""))
         main = pages.run_page(run, namespace, events, log_of, errors=self.model.errors)
         return self._page(request, name, [f"run:{namespace}/{name}", f"events:{namespace}/{job}"], main)
 

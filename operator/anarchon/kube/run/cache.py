@@ -38,10 +38,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ...engine import RunState
 from ..client import Kube
 from ..constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
 from ..watching import ScopedWatch, registered
-from .record import Cancel, cancel_of
+from .record import Cancel, RunStatus, cancel_of
 
 Key = tuple[str, str]  # namespace, name
 
@@ -80,15 +81,11 @@ def _job(obj: dict[str, Any]) -> str:
 def _actors(old: dict[str, Any] | None, new: dict[str, Any]) -> set[str]:
     """The replicas that acted in this change of a run: each attempt added names its own replica,
     and a run that became Skipped names the replica that skipped it."""
-    before, after = (old or {}).get("status") or {}, new.get("status") or {}
-    known = {(a.get("attempt"), a.get("instance")) for a in before.get("attempts") or []}
-    actors = {
-        str(a["instance"])
-        for a in after.get("attempts") or []
-        if a.get("instance") and (a.get("attempt"), a.get("instance")) not in known
-    }
-    if after.get("phase") == "Skipped" and before.get("phase") != "Skipped" and after.get("instance"):
-        actors.add(str(after["instance"]))
+    before, after = RunStatus.of((old or {}).get("status")), RunStatus.of(new.get("status"))
+    known = {(a.attempt, a.instance) for a in before.attempts}
+    actors = {a.instance for a in after.attempts if a.instance and (a.attempt, a.instance) not in known}
+    if after.phase is RunState.SKIPPED and before.phase is not RunState.SKIPPED and after.instance:
+        actors.add(after.instance)
     return actors
 
 
@@ -216,8 +213,8 @@ class RunCache(ScopedWatch):
         if written is not None and _version(written[0]) == _version(obj):
             del self._written[key]  # delivered: from now on the watch's copy is as new
         now = time.monotonic()
-        if instance := (obj.get("status") or {}).get("instance"):
-            self._heard[str(instance)] = now
+        if instance := RunStatus.of(obj.get("status")).instance:
+            self._heard[instance] = now
         for actor in _actors(self._runs.get(key), obj):
             self._acted.pop(actor, None)  # to the end: the dict is kept in the order of last acts
             self._acted[actor] = now

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ...engine import RunInterrupted
+from ...engine import RunInterrupted, RunState
 from ...engine.attempt import REPLACED, SHUTDOWN
 from ...engine.durations import format_duration
 from ..client import ApiException, in_background
@@ -98,7 +98,7 @@ async def follow(held: Held, view: PodView, try_number: int, since: PodChange | 
         ended = view.fate in (PodFate.SUCCEEDED, PodFate.FAILED)
         stopped = cancel.is_set() and (not ended or _being_deleted(view))
         if view.fate is PodFate.SUCCEEDED and not stopped:
-            await held.end("Succeeded", view.message, final=True)
+            await held.end(RunState.SUCCEEDED, view.message, final=True)
             return None
         if stopped:
             if view.fate is PodFate.LOST:
@@ -118,7 +118,7 @@ async def follow(held: Held, view: PodView, try_number: int, since: PodChange | 
         ctx.set_alive(False)
         if view.fate is PodFate.LOST:
             await delete_pod(held.kube, spec.namespace, pod, grace_seconds=0)
-        await held.end("Interrupted", f"Pod {pod}: {view.message}", final=False)
+        await held.end(RunState.INTERRUPTED, f"Pod {pod}: {view.message}", final=False)
         await held.events.about(
             spec,
             reason="PodLost",

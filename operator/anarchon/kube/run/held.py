@@ -26,7 +26,7 @@ from ..watching import uid_of
 from . import record
 from .cache import CancelWake
 
-#: The phase of a cancelled run, and the reason of its Events.
+#: The reason of the Events of a cancelled run.
 CANCELLED = str(RunState.CANCELLED)
 
 
@@ -101,7 +101,7 @@ class Held:
 
     async def end(
         self,
-        outcome: str,
+        outcome: RunState,
         message: str,
         *,
         final: bool,
@@ -125,7 +125,7 @@ class Held:
 
     async def fail(self, message: str, reason: str | None) -> None:
         """The run failed (its last try's Pod did): the object says so, an Event, the engine is told."""
-        await self.end("Failed", message, final=True, reason=reason)
+        await self.end(RunState.FAILED, message, final=True, reason=reason)
         await self.events.about(self.spec, reason="RunFailed", warning=True, message=f"run {self.name}: {message}")
         raise RunFailed(message)
 
@@ -136,7 +136,7 @@ class Held:
         spec, name = self.spec, self.name
         message = (self.wake.cancel or record.Cancel("")).message
         failed_try = None if failed is None else failed.message
-        await self.end(CANCELLED, message, final=True, failed_try=failed_try)
+        await self.end(RunState.CANCELLED, message, final=True, failed_try=failed_try)
         await self.events.post(
             namespace=spec.namespace,
             name=name,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ...engine import RunFailed
+from ...engine import RunFailed, RunState
 from ...engine.durations import format_duration
 from ..pods import PodFate, PodView, Waiting, delete_pod, pending_for_s, waiting_of
 from . import record
@@ -53,6 +53,6 @@ async def _pending_timeout(held: Held, view: PodView, waiting: Waiting | None) -
     bound = format_duration(spec.pending_timeout_ms or 0)
     why = f": {waiting.reason}: {waiting.message}" if waiting is not None else ""
     message = f"Pod {view.name} stayed Pending longer than pendingTimeout ({bound}){why}"
-    await held.end("Failed", message, final=True, reason=record.PENDING_TIMEOUT)
+    await held.end(RunState.FAILED, message, final=True, reason=record.PENDING_TIMEOUT)
     await held.events.about(spec, reason=record.PENDING_TIMEOUT, warning=True, message=f"run {held.name}: {message}")
     raise RunFailed(message)

@@ -7,6 +7,7 @@ it is safe to repeat, and to run on several replicas at once.
 
 from __future__ import annotations
 
+from ...engine import RunState
 from ..client import Kube
 from ..pods import PodFate, PodView, delete_pod, fate_of, read_pod, try_of
 from . import record
@@ -34,12 +35,12 @@ async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], m
     def change(s: record.Status) -> record.Status | None:
         # An earlier try's failed Pod is not the run's outcome: a run replaced while it waited
         # out a backoff (its next try had no Pod yet) was interrupted, not failed.
-        if last is None or tried < int(s.get("try") or 1):
+        run = record.RunStatus.of(s)
+        if last is None or tried < run.current_try:
             return record.interrupted(s, message=message)
         why = f"{last.message} (then replaced by a newer run)"
-        return record.end_attempt(
-            s, attempt=int(s.get("attempt") or 1), outcome=str(last.fate), message=why, final=True
-        )
+        outcome = RunState.SUCCEEDED if last.fate is PodFate.SUCCEEDED else RunState.FAILED
+        return record.end_attempt(s, attempt=run.attempt or 1, outcome=outcome, message=why, final=True)
 
     # Whatever attempt wrote last: the store has already ended the run.
     await record.update_status(kube, namespace, name, 10**6, change)

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
-from ...engine import Overlap, RunCancelled, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped
+from ...engine import Overlap, RunCancelled, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped, RunState
 from ...engine.attempt import SHUTDOWN
 from ..client import ApiException, Kube, transient
 from ..events import EventPoster
@@ -53,7 +53,7 @@ from ..watching import uid_of
 from . import record
 from .cache import CancelWake
 from .follow import follow, past_timeout
-from .held import CANCELLED, Held, Wiring
+from .held import Held, Wiring
 from .overlap import overlap_in_kubernetes, replace
 from .tries import adopt_or_launch, current_try, retry_after
 
@@ -126,10 +126,10 @@ class PodRunner:
     async def _attempt(self, ctx: RunContext) -> None:
         spec = self.spec()
         # A later attempt, recreating a run object that attempt 1 never wrote, guesses.
-        trigger = str(ctx.cause) if ctx.cause is not None else record.trigger_guess(spec, ctx.slot)
+        cause = ctx.cause if ctx.cause is not None else record.cause_guess(spec, ctx.slot)
         name = run_name(spec.name, ctx.slot)
         with self._cancel_of(spec.namespace, name) as wake:
-            run = await record.ensure_run(self.wiring.kube, spec, ctx.slot, trigger)
+            run = await record.ensure_run(self.wiring.kube, spec, ctx.slot, cause)
             held = Held(self.wiring, ctx, spec, name, wake, record.InHand(run))
             held.noted(run)
             status: record.Status = dict(run.get("status") or {})
@@ -191,9 +191,9 @@ class PodRunner:
 async def _give_up(held: Held, status: record.Status, launched: int) -> None:
     """The run's Pod is lost and was launched as often as maxAttempts allows: the run ends Interrupted."""
     spec = held.spec
-    why = str(status.get("message") or "its Pod was lost")
+    why = record.RunStatus.of(status).message or "its Pod was lost"
     message = f"gave up: its Pod was launched {launched} times (maxAttempts {spec.max_attempts}): {why}"
-    await held.end("Interrupted", message, final=True)
+    await held.end(RunState.INTERRUPTED, message, final=True)
     await held.events.about(spec, reason="RunInterrupted", warning=True, message=f"run {held.name}: {message}")
     raise RunGivenUp(message)
 
@@ -207,7 +207,7 @@ async def _number_after_record(held: Held, status: record.Status) -> None:
     Running for ever.
     """
     ctx = held.ctx
-    recorded = int(status.get("attempt") or 0)
+    recorded = record.RunStatus.of(status).attempt or 0
     if recorded < ctx.attempt:
         return
     await held.confirm()
@@ -225,13 +225,14 @@ async def _number_after_record(held: Held, status: record.Status) -> None:
 def _end_as_recorded(ctx: RunContext, status: record.Status) -> None:
     """The run's object says how the run ended, and the store still has it open (it lost the
     end, or claimed the run anew): the store ends it the same way. Returns for Succeeded."""
-    phase, message = status.get("phase"), str(status.get("message") or "")
+    run = record.RunStatus.of(status)
+    phase, message = run.phase, run.message or ""
     log.warning("%s@%s: the run's object says %s; the store had it open", ctx.job, ctx.slot, phase)
-    if phase == "Failed":
+    if phase is RunState.FAILED:
         raise RunFailed(message or "failed")
-    if phase == "Skipped":
+    if phase is RunState.SKIPPED:
         raise RunSkipped(message or "skipped")
-    if phase == CANCELLED:
+    if phase is RunState.CANCELLED:
         raise RunCancelled(message or "cancelled")
-    if phase == "Interrupted":
+    if phase is RunState.INTERRUPTED:
         raise RunGivenUp(message or "interrupted")

@@ -48,7 +48,7 @@ async def current_try(held: Held, status: record.Status) -> tuple[int, list[PodV
         pod = await read_pod(held.kube, namespace, pod_name(held.name))
         return 1, [] if pod is None else [fate_of(pod)]
     pods = await pods_of_run(held.kube, namespace, held.name)
-    current = max([int(status.get("try") or 1), *(try_of(p) for p in pods)])
+    current = max([record.RunStatus.of(status).current_try, *(try_of(p) for p in pods)])
     return current, [fate_of(p) for p in pods if try_of(p) == current]
 
 
