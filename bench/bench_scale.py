@@ -13,6 +13,9 @@ trickle in) waited Unschedulable ("Too many pods"); each runner then wrote the r
 and posted an Event, and wrote again when the Pod started: 0.64 status writes and 0.32 Events per
 run that measured the fake cluster's size, not the controllers. Each N:
 
+0. **Ceiling**: N Pods created straight away at each minute through the operator's client, 48 in
+   flight (no runs, no store, no bookkeeping): what the API server and the nodes take here at all;
+   ``--no-ceiling`` leaves it out. The other sides' Pods are also printed as fractions of it.
 1. **CronJob**: N CronJobs, ``successfulJobsHistoryLimit: 10`` so that every Pod of the window is
    still there to count; kube-controller-manager's cronjob and job controllers make the Pods.
 2. **Anarchon**: 3 replicas (processes of this checkout) on a fresh store (``--store``), N
@@ -86,6 +89,8 @@ class Side:
 
     #: Pods created within the window (of any slot): what the window's requests and CPU paid for.
     made: int = 0
+    #: Whether the controller's cost (requests, CPU, memory, set-up) was measured: not the ceiling's.
+    costed: bool = True
 
     @property
     def per_run(self) -> float:
@@ -103,10 +108,14 @@ class Side:
         d = sorted(self.delays_s) or [float("nan")]
         p = (statistics.quantiles(d, n=100) if len(d) > 1 else d * 99)[:99]
         cpu_ms = 1000 * self.cpu_per_run
+        cost = (
+            f" {self.per_run:>8.1f} {self.cpu_s:>8.1f} {cpu_ms:>7.1f} {self.rss_mb:>7.0f} {self.setup_s:>7.1f}"
+            if self.costed
+            else f" {'-':>8} {'-':>8} {'-':>7} {'-':>7} {'-':>7}"
+        )
         return (
             f"{self.name:<22} {self.seen:>6}/{self.due:<6} {self.duplicates:>4} {self.given_up:>8}"
-            f" {p[49]:>7.1f} {p[98]:>7.1f} {d[-1]:>7.1f} {self.per_run:>8.1f} {self.cpu_s:>8.1f} {cpu_ms:>7.1f}"
-            f" {self.rss_mb:>7.0f} {self.setup_s:>7.1f}"
+            f" {p[49]:>7.1f} {p[98]:>7.1f} {d[-1]:>7.1f}" + cost
         )
 
 
@@ -249,6 +258,69 @@ def cronjob_side(cp: ControlPlane, n: int, minutes: int, grace_s: float) -> Side
         # A CronJob's Job is named <cronjob>-<scheduled time in minutes since 1970>.
         cron, _, minute = str((pod["metadata"].get("labels") or {}).get("job-name", "")).rpartition("-")
         return (cron, int(minute) * 60.0) if minute.isdigit() else None
+
+    count_pods(side, pods, start, end, slot_of)
+    side.due = n * minutes
+    return side
+
+
+#: Pod creates the ceiling keeps in flight: the replicas' own bound summed over three
+#: (``--api-concurrency`` 16 each).
+CEILING_IN_FLIGHT = 48
+
+
+def ceiling_side(cp: ControlPlane, n: int, minutes: int, grace_s: float) -> Side:
+    """The most any controller could do here: at each minute, N Pods created straight away (no
+    runs, no store, no bookkeeping), CEILING_IN_FLIGHT at a time, through the operator's client.
+    The other sides are read as fractions of it."""
+    from anarchon.kube.client import connect, path
+
+    side = Side("ceiling (bare creates)", costed=False)
+    ns = f"ceiling-{n}"
+    kubectl(cp, "create", "namespace", ns)
+
+    def pod(i: int, slot_s: float) -> dict[str, Any]:
+        labels = {LABEL_JOB: f"c{i}", LABEL_SLOT: str(int(slot_s * 1000))}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"c{i}-{int(slot_s) // 60}",
+                "labels": labels,
+                "annotations": {"anarchon.test/run-seconds": "1"},
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+            },
+        }
+
+    async def create_each_minute(start: float, end: float) -> None:
+        kube = await connect(str(cp.kubeconfig), api_concurrency=CEILING_IN_FLIGHT)
+        try:
+            slot = start
+            while slot < end:
+                await asyncio.sleep(max(0.0, slot - time.time()))
+                creates = (kube.request("POST", path("pods", ns), pod(i, slot)) for i in range(n))
+                await asyncio.gather(*creates, return_exceptions=True)  # a failed create is a Pod not seen
+                slot += 60
+        finally:
+            await kube.close()
+
+    start = next_minute(time.time() + 5)
+    end = start + 60 * minutes
+    print(f"  window {datetime.fromtimestamp(start, UTC):%H:%M:%S} + {minutes} min", file=sys.stderr)
+    asyncio.run(create_each_minute(start, end))
+    time.sleep(max(0.0, end + grace_s - time.time()))
+    pods = json.loads(kubectl(cp, "get", "pods", "-n", ns, "-o", "json"))["items"]
+    t0 = time.time()
+    kubectl(cp, "delete", "namespace", ns, "--wait=false")
+    kubectl(cp, "wait", "--for=delete", f"namespace/{ns}", "--timeout=900s", timeout=960)
+    print(f"  namespace {ns} deleted in {time.time() - t0:.0f} s", file=sys.stderr)
+
+    def slot_of(pod: dict[str, Any]) -> tuple[str, float] | None:
+        labels = pod["metadata"].get("labels") or {}
+        return (labels.get(LABEL_JOB, ""), int(labels[LABEL_SLOT]) / 1000) if LABEL_SLOT in labels else None
 
     count_pods(side, pods, start, end, slot_of)
     side.due = n * minutes
@@ -441,6 +513,7 @@ def main() -> None:
     parser.add_argument("--store", default="redis", choices=("redis", "postgres", "sqlite"))
     parser.add_argument("--verbose", action="store_true", help="requests per run by verb and resource")
     parser.add_argument("--anarchon-only", action="store_true", help="Anarchon's side alone, no ratios")
+    parser.add_argument("--no-ceiling", action="store_true", help="leave out the bare-creates side (the ceiling)")
     parser.add_argument("--idle", type=int, help="instead: N jobs with nothing due, their idle cost (e.g. 10000)")
     parser.add_argument("--idle-seconds", type=int, default=60, help="seconds the idle cost is measured over")
     parser.add_argument("--logs", type=Path, help="keep the replicas' logs (and a SQLite store) in this directory")
@@ -460,7 +533,10 @@ def run(args: argparse.Namespace, cp: ControlPlane, tmp: Path) -> None:
         idle_run(cp, args.idle, args.idle_seconds, args.store, tmp)
         return
     for n in (int(x) for x in args.jobs.split(",")):
-        cron = None
+        cron = ceiling = None
+        if not args.anarchon_only and not args.no_ceiling:
+            print(f"N = {n}: ceiling ...", file=sys.stderr)
+            ceiling = ceiling_side(cp, n, args.minutes, args.grace)
         if not args.anarchon_only:
             print(f"N = {n}: CronJob ...", file=sys.stderr)
             cron = cronjob_side(cp, n, args.minutes, args.grace)
@@ -468,13 +544,20 @@ def run(args: argparse.Namespace, cp: ControlPlane, tmp: Path) -> None:
         anarchon = anarchon_side(cp, n, args.minutes, args.grace, args.store, tmp)
         print(f"\nN = {n} jobs on '* * * * *', {args.minutes} min + {args.grace:.0f} s grace")
         print(HEADER)
-        for side in (cron, anarchon):
+        for side in (ceiling, cron, anarchon):
             if side is None:
                 continue
             print(side.row())
             if args.verbose:
                 for kind, count in side.requests.most_common(12):
                     print(f"{'':<24}{count / max(side.seen, 1):6.2f}  {kind}")
+        if ceiling is not None:
+            per_minute = [f"{side.name} {side.seen / args.minutes:.0f}" for side in (ceiling, cron, anarchon) if side]
+            print(
+                f"Pods per minute: {', '.join(per_minute)}; fractions of the ceiling: Anarchon"
+                f" {anarchon.seen / max(ceiling.seen, 1):.2f} (target >= 0.8), CronJob"
+                f" {cron.seen / max(ceiling.seen, 1) if cron else float('nan'):.2f}"
+            )
         if cron is None:
             sys.stdout.flush()
             continue

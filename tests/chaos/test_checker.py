@@ -91,3 +91,12 @@ def test_a_takeover_under_the_same_attempt_is_a_rewind_but_still_a_takeover() ->
     c.run("MODIFIED", _run("j-1", "j", 1, "Running", attempt=2, instance="replica-0"), at=1)
     assert c.next_attempt_at("j-1", 2, "replica-1") == 1
     assert c.violations == {"attempt_rewound": 1}
+
+
+def test_a_store_not_shared_event_is_a_false_alarm_in_the_soak() -> None:
+    c = Checker()
+    event = {"reason": "StoreNotShared", "involvedObject": {"name": "short"}, "message": "the replicas do not share"}
+    c.event("ADDED", event)
+    c.event("MODIFIED", {**event, "reason": "Missed", "message": "slot 2026-12-07T05:00:00Z: missed"})
+    assert c.violations == {"store_not_shared": 1}
+    assert c.by_job["store_not_shared"] == {"short": 1}

@@ -145,6 +145,7 @@ def test_operator_command_ports_probes_and_identity() -> None:
     assert "--metrics-port=8080" in c["args"] and "--health-port=8081" in c["args"]
     assert "--log-format=json" in c["args"]
     assert "--resync=30s" in c["args"]
+    assert "--store-check=10s" in c["args"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     for probe in ("startupProbe", "livenessProbe"):
@@ -435,6 +436,7 @@ def test_a_sqlite_url_renders_with_one_replica_and_another_url_with_any() -> Non
         ({"redis": {"maxmemory": "200 MB"}}, "/redis/maxmemory"),
         ({"redis": {"maxmemoryPolicy": "allkeys-lru"}}, "maxmemoryPolicy"),
         ({"operator": {"resync": "soon"}}, "/operator/resync"),
+        ({"operator": {"storeCheck": "often"}}, "/operator/storeCheck"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else "",
 )

@@ -8,30 +8,37 @@ tests/operator/test_cancel.py). The runs are written as a replica leaves them.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 from anarchon.kube.spec import run_name
 from tests.operator.conftest import Cluster
 
-from .conftest import Cli, ok, one_line_error, run_cli
+from .conftest import REPO, Cli, ok, one_line_error, run_cli
 
 SLOT = int(datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp() * 1000)
 
 
-def _run(cluster: Cluster, status: dict[str, Any]) -> str:
-    """The AnarchonRun of job ``nightly`` at SLOT, with ``status`` as a replica wrote it."""
-    name = run_name("nightly", SLOT)
+def _run(cluster: Cluster, status: dict[str, Any], slot: int = SLOT) -> str:
+    """The AnarchonRun of job ``nightly`` at ``slot``, with ``status`` as a replica wrote it."""
+    name = run_name("nightly", slot)
     body = {
         "apiVersion": "anarchon.io/v1alpha1",
         "kind": "AnarchonRun",
         "metadata": {"name": name, "labels": {"anarchon.io/job": "nightly"}},
-        "spec": {"job": "nightly", "slot": SLOT},
+        "spec": {"job": "nightly", "slot": slot},
     }
     cluster.apply(body)
+    _write_status(cluster, name, status)
+    return name
+
+
+def _write_status(cluster: Cluster, name: str, status: dict[str, Any]) -> None:
     patch = json.dumps({"status": status})
     cluster.kubectl("patch", "anarchonrun", name, "--subresource=status", "--type=merge", "-p", patch)
-    return name
 
 
 def _meta(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -91,3 +98,39 @@ def test_bad_usage_and_a_missing_run(cluster: Cluster, cli: Cli) -> None:
     one_line_error(cli("cancel", "--job", "nightly", "--slot", "soon"), 2, "--slot 'soon' is not a time")
     line = one_line_error(cli("cancel", "ghost"), 1, "HTTP 404")
     assert line.startswith(f"anarchon cancel: no AnarchonRun 'ghost' in namespace '{cluster.namespace}'"), line
+
+
+def test_wait_follows_the_run_to_its_end_and_exits_0_only_if_it_was_cancelled(
+    cluster: Cluster, control_plane: Any, cli: Cli
+) -> None:
+    """``cancel --wait``: the replica's end is awaited; a Pod that succeeded first is exit 1, said so."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    ns = cluster.namespace
+    where = ["-n", ns, "--kubeconfig", str(control_plane.kubeconfig)]
+    ends = {
+        SLOT: ({"phase": "Cancelled", "message": "cancelled: stop"}, 0),
+        SLOT + 60_000: ({"phase": "Succeeded", "message": "the Pod succeeded"}, 1),
+    }
+    for slot, (end, code) in ends.items():
+        name = _run(cluster, RUNNING, slot)
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "anarchon", "cancel", name, "--reason", "stop", "--wait", "--timeout", "1m", *where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        asked = lambda run=name: "anarchon.io/cancel" in (_meta(cluster, run).get("annotations") or {})  # noqa: E731
+        cluster.wait(asked, what="the ask")
+        _write_status(cluster, name, {**RUNNING, **end})  # as the run's replica would end it
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == code, (out, err)
+        lines = out.splitlines()
+        assert lines[0] == f"anarchonrun {ns}/{name}: cancel requested by admin: stop"
+        assert "waiting for a replica" not in out
+        assert lines[-1].endswith(f"{end['phase']}, attempt 1 on r0: {end['message']}"), lines
+
+    name = _run(cluster, RUNNING, SLOT + 120_000)  # no replica runs here: nobody ends it
+    one_line_error(
+        cli("cancel", name, "--wait", "--timeout", "2s"), 1, f"run {name} is not over after --timeout 2s: it is Running"
+    )

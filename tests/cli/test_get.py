@@ -55,5 +55,16 @@ def test_get_of_a_suspended_job_has_no_next_times(cluster: Cluster, cli: Cli) ->
     cluster.apply(job_manifest("paused", every="10s", suspend=True))
     job = ok_json(cli("get", "paused", "-o", "json"))
     assert job["job"]["suspended"] is True and job["next"] == [] and job["runs"] == []
+    assert job["pendingTriggers"] == []
     assert "Next times: none while suspended" in ok(cli("get", "paused"))
     one_line_error(cli("get", "absent"), 1, "anarchon get: no AnarchonJob 'absent'")
+
+
+def test_get_shows_the_triggers_no_replica_took_yet(cluster: Cluster, cli: Cli) -> None:
+    cluster.apply(job_manifest("asked", every="1h", suspend=True))  # no replica runs: requests stay
+    ok(cli("trigger", "asked", "--at", "2027-01-15T08:00:00Z"))
+    cluster.kubectl("annotate", "anarchonjob", "asked", "anarchon.io/trigger=now")  # as a kubectl-only user would
+    job = ok_json(cli("get", "asked", "-o", "json"))
+    assert job["pendingTriggers"] == ["2027-01-15T08:00:00Z", "now"]
+    text = ok(cli("get", "asked"))
+    assert "Pending triggers (2):\n  2027-01-15T08:00:00Z\n  now\n" in text

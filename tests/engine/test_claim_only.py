@@ -27,12 +27,17 @@ from anarchon.engine import (
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    ClaimStore,
     ConfigError,
+    HistoryStore,
     LeaseBackend,
+    LeaseStore,
     Overlap,
+    PresenceStore,
     RunState,
     StoreError,
     new_token,
+    observed,
 )
 from anarchon.engine.backends import from_url
 from anarchon.engine.backends.nats import NatsBackend
@@ -221,6 +226,20 @@ def test_from_url_dispatch() -> None:
         from_url("redis+lua://h:1/0")
     with pytest.raises(ConfigError):
         from_url("redis+script://h:1/0", ttl_ms=0)
+
+
+def test_each_store_implements_the_concerns_of_its_kind(tmp_path: Path) -> None:
+    """Callers take the narrowest interface and tell the kinds apart by it: a claim-only store
+    (timed or not) must be no lease or history store, and a lease store all four concerns."""
+    concerns = (ClaimStore, PresenceStore, LeaseStore, HistoryStore)
+    claim_only = [
+        from_url(url) for url in ("redis+script://h:1/0", "redis+stream://h:1/0", "nats://h:1", "amqp://h:1/")
+    ]
+    leased = [from_url(url) for url in (f"sqlite:///{tmp_path}/s.db", "redis://h:1/0", "postgresql://u@h:1/d")]
+    for store in claim_only + [observed(store, lambda *_: None) for store in claim_only]:
+        assert [isinstance(store, c) for c in concerns] == [True, True, False, False], store
+    for store in leased + [observed(store, lambda *_: None) for store in leased]:
+        assert all(isinstance(store, c) for c in concerns) and isinstance(store, LeaseBackend), store
 
 
 # -- Redis ----------------------------------------------------------------------------------

@@ -432,7 +432,8 @@ async def test_catch_up_after_downtime(
 
     later = ScaledClock(FACTOR, start_ms=t0 + 6 * period + 500)
     calls_2 = Calls(later)
-    two = Scheduler(make_backend(), instance_id="two", clock=later)
+    heard = Recorder()
+    two = Scheduler(make_backend(), instance_id="two", clock=later, listener=heard)
     two.every(job_name, "1m", calls_2.handler(), jitter=0, catch_up=policy, catch_up_window="1h")
     await two.start()
     await asyncio.sleep(0.5)  # 10 fake seconds: catch-up claims happen at once
@@ -440,6 +441,10 @@ async def test_catch_up_after_downtime(
     await two.backend.close()
     missed = [t0 + k * period for k in range(2, 7)]
     assert sorted(calls_2.slots()) == missed[len(missed) - expected :] if expected else calls_2.slots() == []
+    # The slots not run are reported missed, whatever the policy (None too: ``why`` reads them).
+    reported = [int(e[2]) for e in heard.events if e[0] == "missed" and e[1] == job_name]
+    assert sorted(reported) == missed[: len(missed) - expected]
+    assert all("while no instance ran" in e[3] for e in heard.events if e[0] == "missed")
 
 
 async def test_no_retroactive_runs_when_schedule_is_edited(

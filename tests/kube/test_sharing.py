@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 from controlplane import ControlPlane
 
-from anarchon.engine import Backend, Scheduler
+from anarchon.engine import Backend, Scheduler, StoreError
 from anarchon.engine.backends import from_url
 from anarchon.kube.constants import GROUP, JOB_KIND, JOBS, VERSION
 from anarchon.kube.events import EventPoster
@@ -169,3 +169,44 @@ async def test_replicas_that_disagree_do_not_fight_over_ready(
     assert (await handle(sees))[0] == STORE_NOT_SHARED, "the one that sees it says it again, once"
     said[0] = None  # and once it sees the store shared, it takes its own word back at once
     assert (await handle(sees))[0] == "Scheduled"
+
+
+async def test_failed_presence_calls_change_nothing_and_a_few_missed_notes_make_no_stranger(tmp_path: Path) -> None:
+    """Store faults on the two presence calls, on one shared store (SQLite, its records' expiry on
+    the test's clock): a check whose call fails, before it was sent or with its reply lost, leaves
+    the judgement as it was; a replica at work whose notes fail for fewer periods than its record
+    lives is never called a stranger."""
+    from anarchon.kube.sharing import TTL_PERIODS
+    from tests.faults.storefaults import FaultyStore
+
+    shared = from_url(f"sqlite://{tmp_path / 'shared.db'}")
+    await shared.setup()
+    mine, theirs = FaultyStore(shared), FaultyStore(shared)  # type: ignore[arg-type]
+    clock, acted = [0.0], {}
+
+    def sharing(store: Backend, name: str, seen: dict[str, float]) -> StoreSharing:
+        now_ms = lambda: 1_800_000_000_000 + int(clock[0] * 1000)  # noqa: E731
+        return StoreSharing(store, name, lambda: seen, now_ms, every_s=EVERY_S, monotonic=lambda: clock[0])
+
+    me, peer = sharing(mine, "me", acted), sharing(theirs, "peer", {})
+    try:
+        for period in range(2 * WINDOW_PERIODS):
+            acted["peer"] = clock[0]
+            if period % TTL_PERIODS == 0:
+                await peer.check()  # a note each TTL_PERIODS periods: as long as one lives
+            else:
+                theirs.fail("note_presence")
+                with pytest.raises(StoreError):
+                    await peer.check()  # its note fails; it goes on at work
+            if period % 5 == 3:
+                mine.fail("present", reply_lost=period % 10 == 3)
+                with pytest.raises(StoreError):
+                    await me.check()
+            else:
+                await me.check()
+            assert me.strangers == frozenset(), period
+            clock[0] += EVERY_S
+        assert theirs.calls["note_presence"] == 2 * WINDOW_PERIODS
+        assert mine.calls["present"] >= 2 * WINDOW_PERIODS - 2  # the first checks ask about nobody
+    finally:
+        await shared.close()

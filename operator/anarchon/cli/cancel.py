@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .common import Failure, add_kube_args, crds_missing, report, time_arg, with_kube
+from .common import Failure, add_kube_args, add_wait_args, crds_missing, report, time_arg, with_kube
+from .follow import follow
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
@@ -95,6 +96,7 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine import RunState
     from ..kube.spec import run_name
 
     try:
@@ -106,8 +108,12 @@ def run(args: argparse.Namespace) -> int:
     reason = " ".join((args.reason or "").split())
 
     async def cancel(kube: Kube, namespace: str) -> int:
-        print(await request_cancel(kube, namespace, name, reason))
-        return 0
+        print(await request_cancel(kube, namespace, name, reason), flush=True)
+        if not args.wait:
+            return 0
+        # A Pod that ended on its own before its delete landed gives the run its own outcome.
+        phase = await follow(kube, namespace, name, args.timeout, claimed=True)
+        return 0 if phase is RunState.CANCELLED else 1
 
     return with_kube("cancel", args, cancel)
 
@@ -119,4 +125,5 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cn.add_argument("--slot", help="the run's slot: an RFC3339 time or ms since the epoch (with --job)")
     cn.add_argument("--reason", help="why, recorded on the run (its message, its Events)")
     add_kube_args(cn)
+    add_wait_args(cn, "Cancelled")
     cn.set_defaults(func=run)

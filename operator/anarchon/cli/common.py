@@ -53,6 +53,37 @@ def count_arg(value: str) -> int:
     return int(value)
 
 
+#: How long ``--wait`` follows a run by default: a script must not hang for ever on a run that
+#: no replica claims (none is running) or that never ends.
+WAIT_TIMEOUT: Final = "10m"
+
+
+def _positive_seconds(value: str) -> float:
+    from ..engine.durations import parse_duration
+    from ..engine.errors import ScheduleError
+
+    try:
+        ms = parse_duration(value, what="--timeout")
+    except ScheduleError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--timeout: ")) from exc
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return ms / 1000
+
+
+def add_wait_args(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--wait`` (follow the run to its end; exit 0 if it ended ``what``) and its ``--timeout``."""
+    parser.add_argument(
+        "--wait", "-w", action="store_true", help=f"follow the run to its end; exit 0 if it ended {what}"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=_positive_seconds(WAIT_TIMEOUT),
+        help=f"with --wait: give up after this long, exit 1; the run goes on (e.g. 30s; default {WAIT_TIMEOUT})",
+    )
+
+
 def add_kube_args(parser: argparse.ArgumentParser) -> None:
     """The flags of every verb that talks to the API server: ``-n`` is the namespace in each of them."""
     parser.add_argument("--namespace", "-n", help="the job's namespace (default: the kubeconfig context's)")

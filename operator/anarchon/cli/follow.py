@@ -53,12 +53,19 @@ def _say(text: str) -> None:
 
 
 async def follow(
-    kube: Kube, namespace: str, name: str, timeout_s: float | None, *, absent_s: float | None = None
+    kube: Kube,
+    namespace: str,
+    name: str,
+    timeout_s: float | None,
+    *,
+    absent_s: float | None = None,
+    claimed: bool = False,
 ) -> RunState | None:
     """Print the run's changes until it is over; its final phase (raises :class:`Failure` on timeout).
 
     None if ``absent_s`` is given and the run has not appeared by then: a caller that knows
     the slot's trigger was handled learns that no run is coming (the store had decided the slot).
+    A ``claimed`` run (one being cancelled) exists already: nothing is said of waiting for it.
     """
     from ..engine.durations import format_duration
     from ..kube.client import ApiException, call, path
@@ -69,7 +76,8 @@ async def follow(
     took = "" if timeout_s is None else format_duration(round(timeout_s * 1000))
     absent_deadline = None if absent_s is None else time.monotonic() + absent_s
     seen: tuple[Any, ...] | None = None
-    _say(f"waiting for a replica to claim run {name}")
+    if not claimed:
+        _say(f"waiting for a replica to claim run {name}")
     while True:
         try:
             run = dict(

@@ -36,6 +36,9 @@ def _text(job: dict[str, Any]) -> str:
     parts = [fields(pairs)]
     if record["problems"]:
         parts.append("Problems:\n" + "\n".join(f"  {p}" for p in record["problems"]))
+    if job["pendingTriggers"]:
+        pending = job["pendingTriggers"]
+        parts.append(f"Pending triggers ({len(pending)}):\n" + "\n".join(f"  {t}" for t in pending))
     runs = job["runs"]
     parts.append(f"Recent runs ({len(runs)}):\n" + (table(*run_rows(runs)) if runs else "  none"))
     if job["next"]:
@@ -43,6 +46,20 @@ def _text(job: dict[str, Any]) -> str:
     elif record["suspended"]:
         parts.append("Next times: none while suspended (a trigger still runs)")
     return "\n\n".join(parts)
+
+
+def _pending_triggers(job: dict[str, Any]) -> list[str]:
+    """The runs asked for and not yet taken by a replica, by the time each names (``now``, or a slot's)."""
+    from ..kube.spec import slot_time
+    from ..kube.triggers import NOW, parse_trigger, pending_requests
+
+    def shown(value: str) -> str:
+        if value.strip() == NOW:
+            return NOW
+        slot = parse_trigger(value)
+        return f"{value!r} (not a time: refused)" if slot is None else slot_time(slot)
+
+    return sorted(shown(v) for v in pending_requests(job["metadata"].get("annotations") or {}).values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         out = {
             "job": record,
             "conditions": list((job.get("status") or {}).get("conditions") or []),
+            "pendingTriggers": _pending_triggers(job),
             "runs": [run_record(r) for r in runs[-args.runs :]] if args.runs else [],
             "next": times,
         }

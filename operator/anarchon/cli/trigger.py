@@ -15,30 +15,13 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from .common import Failure, add_kube_args, not_found, report, time_arg, with_kube
+from .common import Failure, add_kube_args, add_wait_args, not_found, report, time_arg, with_kube
 from .follow import follow
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
-
-#: How long ``--wait`` follows the run by default: a script must not hang for ever on a run
-#: that no replica claims (none is running) or that never ends.
-WAIT_TIMEOUT: Final = "10m"
-
-
-def _seconds(value: str) -> float:
-    from ..engine.durations import parse_duration
-    from ..engine.errors import ScheduleError
-
-    try:
-        ms = parse_duration(value, what="--timeout")
-    except ScheduleError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--timeout: ")) from exc
-    if ms <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return ms / 1000
 
 
 async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
@@ -89,11 +72,5 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr.add_argument("job")
     add_kube_args(tr)
     tr.add_argument("--at", help="the run's slot: an RFC3339 time or ms since the epoch (default: now)")
-    tr.add_argument("--wait", "-w", action="store_true", help="follow the run to its end; exit 0 if it Succeeded")
-    tr.add_argument(
-        "--timeout",
-        type=_seconds,
-        default=_seconds(WAIT_TIMEOUT),
-        help=f"with --wait: give up after this long, exit 1; the run goes on (e.g. 30s; default {WAIT_TIMEOUT})",
-    )
+    add_wait_args(tr, "Succeeded")
     tr.set_defaults(func=run)

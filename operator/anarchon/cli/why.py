@@ -125,7 +125,8 @@ def _not_run(
         "verdict": "no record",
         "why": (
             "no run and no missed slot recorded: its run was deleted (by hand, or by the history limits),"
-            " or no replica ran the job then and catch-up policy None reports nothing"
+            " or no replica ran the job then and the replica that came back started later than the"
+            " catch-up window after it (misses are only counted that far back)"
         ),
     }
 

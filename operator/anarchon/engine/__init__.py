@@ -4,8 +4,19 @@ See ``seed-core-concepts`` in the README for the vocabulary (instance, job, slot
 attempt, claim, jitter, backend, lease, backup, token).
 """
 
-from .backend import Backend, Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
-from .clock import Clock, LoopClock, ScaledClock, SystemClock
+from .backend import (
+    Backend,
+    Capabilities,
+    ClaimRequest,
+    ClaimStore,
+    HistoryStore,
+    LeaseBackend,
+    LeaseStore,
+    PresenceStore,
+    Store,
+    TakeoverRequest,
+)
+from .clock import Clock, ScaledClock, SystemClock
 from .durations import format_duration, parse_duration
 from .errors import (
     AnarchonError,
@@ -37,18 +48,21 @@ __all__ = [
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
+    "ClaimStore",
     "Clock",
     "ConfigError",
     "Cron",
     "EngineListener",
     "Every",
     "Handler",
+    "HistoryStore",
     "Job",
     "JobLoop",
     "JobOptions",
     "LeaseBackend",
-    "LoopClock",
+    "LeaseStore",
     "Overlap",
+    "PresenceStore",
     "Run",
     "RunCancelled",
     "RunContext",
@@ -61,6 +75,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "Store",
     "StoreError",
     "StoreLostState",
     "StoreObserver",

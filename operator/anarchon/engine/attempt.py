@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .backend import ClaimRequest, LeaseBackend
+from .backend import ClaimRequest, LeaseStore
 from .clock import Clock
 from .errors import (
     RunCancelled,
@@ -56,7 +56,7 @@ class AttemptRunner:
 
     def __init__(
         self,
-        backend: LeaseBackend,
+        backend: LeaseStore,
         handler: Handler,
         ctx: RunContext,
         options: ResolvedOptions,
@@ -113,7 +113,7 @@ class AttemptRunner:
                 clock=self.clock,
                 transient=is_store_error,
                 deadline_ms=lambda: self._lease_until_ms,
-                on_error=lambda exc: self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc)),
+                on_error=lambda exc, _: self.listener.heartbeat_failed(ctx.job, ctx.slot, str(exc)),
             )
         except StoreError:
             # Past our lease without an answer: a backup may hold the run now. We cannot
@@ -289,7 +289,7 @@ class AttemptRunner:
         ctx = self.ctx
         errors = 0
 
-        def failed(exc: BaseException) -> None:
+        def failed(exc: BaseException, _wait_ms: int | None) -> None:
             nonlocal errors
             errors += 1
             self.listener.store_error(what, ctx.job, str(exc))

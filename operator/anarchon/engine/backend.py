@@ -1,27 +1,35 @@
-"""The interface between the engine and a store.
+"""The interface between the engine and a store, one abstract class per concern.
 
-Two kinds of store exist (see the README's table):
+* :class:`ClaimStore`: names exactly one winner per ``(job, slot)``.
+* :class:`PresenceStore`: knows which instances use it (:mod:`anarchon.kube.sharing`).
+* :class:`LeaseStore`: a claim that also keeps a lease with an expiry and the current
+  attempt's token: heartbeat, finish, release, takeover by backups, fencing of stale runners.
+* :class:`HistoryStore`: the runs a job had, the base of catch-up, pruning and forgetting.
 
-* :class:`Backend`: claim-only. It guarantees one winner per ``(job, slot)`` and nothing
-  else: no lease, so no backups, no overlap protection, no catch-up, no hand-over.
-* :class:`LeaseBackend`: also keeps a lease with an expiry and the current attempt's token
-  for every run, which gives takeover by backups and fencing of stale runners.
+Two kinds of store exist (see the README's table), each the sum of some of them:
 
-Times are passed in by the caller (``now_ms``) rather than read from the store's clock, so
-that the whole engine runs on one injectable clock and tests can fast-forward it. The
-instances' clocks must agree to well under a lease anyway, since they compute slots.
+* :class:`Backend`: claim-only (claims and presence). It guarantees one winner per run and
+  nothing else: no lease, so no backups, no overlap protection, no catch-up, no hand-over.
+* :class:`LeaseBackend`: all four.
+
+Callers take the narrowest one they need and tell a lease store from a claim-only one with
+``isinstance``. Times are passed in by the caller (``now_ms``) rather than read from the
+store's clock, so that the whole engine runs on one injectable clock and tests can
+fast-forward it. The instances' clocks must agree to well under a lease anyway, since they
+compute slots.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from .errors import StoreError
-from .model import ClaimOutcome, ClaimResult, Overlap, Run, RunState
+from .model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
 
 
 @dataclass(frozen=True)
@@ -33,8 +41,8 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
-class ClaimRequest:
-    """ "Record that I am running this run, unless it is already taken"."""
+class RunRequest:
+    """One instance's attempt at a run, at ``now_ms``: what a claim and a takeover both say."""
 
     job: str
     slot: int
@@ -42,24 +50,57 @@ class ClaimRequest:
     token: str
     now_ms: int
     lease_ms: int
-    overlap: Overlap = Overlap.SKIP
+
+    def started(self, attempt: int) -> Attempt:
+        """The attempt number ``attempt`` of the run, as this request starts it."""
+        return Attempt(attempt, self.instance, token_hash(self.token), self.now_ms)
 
 
 @dataclass(frozen=True)
-class TakeoverRequest:
+class ClaimRequest(RunRequest):
+    """ "Record that I am running this run, unless it is already taken"."""
+
+    overlap: Overlap = Overlap.SKIP
+
+    def claimed(self, *, lease: bool) -> Run:
+        """The run this claim records when it wins: Claimed, attempt 1 by this instance.
+
+        With ``lease`` (a lease store) it holds the lease and its first attempt; a claim-only
+        store keeps neither.
+        """
+        return Run(
+            job=self.job,
+            slot=self.slot,
+            state=RunState.CLAIMED,
+            attempt=1,
+            instance=self.instance,
+            token=self.token,
+            lease_until_ms=self.now_ms + self.lease_ms if lease else 0,
+            created_ms=self.now_ms,
+            updated_ms=self.now_ms,
+            attempts=[self.started(1)] if lease else [],
+        )
+
+    def skipped(self, other_slot: int) -> Run:
+        """The run this claim records when overlap Skip finds the run of ``other_slot`` still active."""
+        return dataclasses.replace(
+            self.claimed(lease=False),
+            state=RunState.SKIPPED,
+            attempt=0,
+            token="",
+            error=f"skipped: the run of slot {other_slot} is still active",
+        )
+
+
+@dataclass(frozen=True)
+class TakeoverRequest(RunRequest):
     """ "The lease of this run ran out: let me run its next attempt"."""
 
-    job: str
-    slot: int
-    instance: str
-    token: str
-    now_ms: int
-    lease_ms: int
     max_attempts: int
 
 
-class Backend(ABC):
-    """A store that can name exactly one winner per run."""
+class Store(ABC):
+    """A connection to a store: what every concern below needs."""
 
     capabilities: ClassVar[Capabilities]
 
@@ -78,6 +119,17 @@ class Backend(ABC):
         package override it with a real round trip.
         """
         await self.setup()
+
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class ClaimStore(Store):
+    """Names exactly one winner per run."""
 
     @abstractmethod
     async def claim(self, request: ClaimRequest) -> ClaimResult:
@@ -109,6 +161,17 @@ class Backend(ABC):
         await asyncio.gather(*(in_order(indexes) for indexes in by_job.values()))
         return answers
 
+    def require_window(self, needed_ms: int) -> None:
+        """Refuse (ConfigError) if contenders ``needed_ms`` apart could both win.
+
+        Lease stores keep every claim, so any spread is fine. Claim-only stores that forget
+        a claim after a while (a TTL, a de-duplication window) override this.
+        """
+
+
+class PresenceStore(Store):
+    """Knows which instances use it: what tells replicas that share a store from replicas that do not."""
+
     @abstractmethod
     async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
         """Record that ``instance`` uses this store, until ``now_ms + ttl_ms``; records that ran out may go.
@@ -123,23 +186,13 @@ class Backend(ABC):
     async def present(self, instances: Sequence[str], now_ms: int) -> set[str]:
         """Those of ``instances`` whose presence record (:meth:`note_presence`) is alive at ``now_ms``."""
 
-    def require_window(self, needed_ms: int) -> None:  # noqa: B027 - optional hook
-        """Refuse (ConfigError) if contenders ``needed_ms`` apart could both win.
 
-        Lease stores keep every claim, so any spread is fine. Claim-only stores that forget
-        a claim after a while (a TTL, a de-duplication window) override this.
-        """
-
-    async def __aenter__(self) -> Backend:
-        await self.setup()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+class Backend(ClaimStore, PresenceStore):
+    """Every store: it names one winner per run and knows who uses it. Alone, a claim-only store."""
 
 
-class LeaseBackend(Backend):
-    """A store that also holds leases, tokens and the history of each run."""
+class LeaseStore(ClaimStore):
+    """The lease protocol: a claimed run's lease, its heartbeats, its end, its takeover by a backup."""
 
     @abstractmethod
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
@@ -200,6 +253,10 @@ class LeaseBackend(Backend):
         and nobody takes them over) come last and never hide a fresh one.
         """
 
+
+class HistoryStore(Store):
+    """The runs a job had, and their end: history, the base of catch-up, pruning and forgetting jobs."""
+
     @abstractmethod
     async def last_slot(self, job: str) -> int | None:
         """The newest slot recorded for ``job`` in any state; the base of catch-up."""
@@ -249,17 +306,10 @@ class LeaseBackend(Backend):
         """
 
 
+class LeaseBackend(Backend, LeaseStore, HistoryStore):
+    """A store that also holds leases, tokens and the history of each run: every concern."""
+
+
 def claim_only_win(request: ClaimRequest) -> ClaimResult:
     """The winner's answer from a claim-only store: a run built from the request, no lease."""
-    run = Run(
-        job=request.job,
-        slot=request.slot,
-        state=RunState.CLAIMED,
-        attempt=1,
-        instance=request.instance,
-        token=request.token,
-        lease_until_ms=0,
-        created_ms=request.now_ms,
-        updated_ms=request.now_ms,
-    )
-    return ClaimResult(ClaimOutcome.WON, run)
+    return ClaimResult(ClaimOutcome.WON, request.claimed(lease=False))

@@ -2,15 +2,12 @@
 
 Every instance is the backup of every other. Once a heartbeat (a random half to whole one,
 so that the instances' looks spread out) it asks the store one question, "which runs' leases
-ran out?" (:meth:`LeaseBackend.expired_runs`, one indexed query across all jobs), and hands
+ran out?" (:meth:`LeaseStore.expired_runs`, one indexed query across all jobs), and hands
 each run of a job it runs to that job's :meth:`JobLoop.take_over`; the store lets one
 instance win each. A lease released on shutdown (a hand-over) is expired at once, so it is
 taken within a heartbeat; a lease left by a dead or frozen instance within a heartbeat of
-running out.
-
-Before, each job had a loop of its own asking for the job's active runs every one or two
-heartbeats: 10,000 idle jobs cost every instance about 7,000 store queries a second. Now
-they cost it one query a heartbeat, and nothing per job.
+running out. Idle jobs cost an instance nothing each: a loop per job asking for its active
+runs was thousands of store queries a second (bench/README.md).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import logging
 import random
 from collections.abc import Mapping
 
-from .backend import LeaseBackend
+from .backend import LeaseStore
 from .clock import Clock
 from .errors import StoreError
 from .events import EngineListener
@@ -42,7 +39,7 @@ class BackupSweep:
 
     def __init__(
         self,
-        backend: LeaseBackend,
+        backend: LeaseStore,
         loops: Mapping[str, JobLoop],
         *,
         clock: Clock,

@@ -148,36 +148,6 @@ def timer(clock: Clock, t_ms: int) -> asyncio.Future[None]:
     return asyncio.ensure_future(clock.sleep_until(t_ms))
 
 
-class LoopClock:
-    """Wall time that follows the event loop's clock from a fixed start.
-
-    Under a loop with fast-forwarded time (e.g. ``looptime``), ``now_ms`` advances exactly
-    as far as the loop's sleeps do, so a whole day of schedule runs in a blink. The start
-    defaults to the real time at creation.
-    """
-
-    def __init__(self, start_ms: int | None = None) -> None:
-        self._start_ms = SystemClock().now_ms() if start_ms is None else start_ms
-        self._loop_start: float | None = None
-
-    def _loop_time(self) -> float:
-        loop = asyncio.get_running_loop()
-        if self._loop_start is None:
-            self._loop_start = loop.time()
-        return loop.time() - self._loop_start
-
-    def now_ms(self) -> int:
-        return self._start_ms + round(self._loop_time() * 1000)
-
-    async def sleep_until(self, t_ms: int) -> None:
-        left = t_ms - self.now_ms()
-        if left > 0:
-            await asyncio.sleep(left / 1000)
-
-    async def sleep(self, ms: int) -> None:
-        await asyncio.sleep(max(ms, 0) / 1000)
-
-
 class ScaledClock:
     """Wall time that runs ``factor`` times faster than real time, from ``start_ms``.
 

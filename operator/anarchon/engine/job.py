@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -296,6 +295,3 @@ class Job:
                 f" got {format_duration(self.schedule.period_ms)}: the finest cron grain is one second too,"
                 " and each slot costs a claim in the store"
             )
-
-    def with_options(self, **changes: object) -> Job:
-        return dataclasses.replace(self, options=dataclasses.replace(self.options, **changes))  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from .attempt import LEASE_LOST, SHUTDOWN, AttemptRunner
-from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
+from .backend import Backend, ClaimRequest, HistoryStore, LeaseStore, TakeoverRequest
 from .batch import ClaimBatcher
 from .clock import Clock, timer
 from .errors import ConfigError, RunCancelled, StoreError, StoreLostState, is_store_error
@@ -61,8 +61,8 @@ async def _slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> li
 class _Wake:
     """A flag the slot loop waits for beside its timer, as a bare future: no task of its own.
 
-    With an ``asyncio.Event`` each idle job cost two tasks besides its slot loop (one waiting
-    on the event, one on the timer): 30,000 tasks for 10,000 jobs.
+    With an ``asyncio.Event`` each idle job would cost two tasks besides its slot loop (one
+    waiting on the event, one on the timer).
     """
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ async def _sleep_unless(clock: Clock, t_ms: int, wake: _Wake) -> bool:
     sleeper = timer(clock, t_ms)
     woken = wake.future()
     # One bare future done by whichever comes first: asyncio.wait would hold two more coroutine
-    # frames, a set and a waiter for each of 10,000 idle jobs (about 1 KB each).
+    # frames, a set and a waiter for each idle job.
     either: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def first(_: asyncio.Future[None]) -> None:
@@ -152,7 +152,7 @@ class JobLoop:
         self._forgotten: dict[int, int] = {}
         #: Slots whose claim another instance's active run held, and when we saw it (oldest first).
         self._taken: dict[int, int] = {}
-        #: The store's last loss of state this loop acted on (:meth:`LeaseBackend.lost_since`).
+        #: The store's last loss of state this loop acted on (:meth:`LeaseStore.lost_since`).
         self._loss_seen_ms: int | None = None
         self._recovery: asyncio.Future[None] | None = None
 
@@ -313,7 +313,7 @@ class JobLoop:
 
     async def _note_schedule(self) -> int:
         """Record the current schedule's fingerprint; returns since when it is in force."""
-        if not isinstance(self.backend, LeaseBackend):
+        if not isinstance(self.backend, HistoryStore):
             return self.clock.now_ms()
         backend = self.backend
         job = self._job
@@ -327,7 +327,7 @@ class JobLoop:
         noted it: otherwise the next start takes the schedule for new from then on and catches
         nothing up from before (an outage of every replica after a Redis restart lost its slots).
         Best effort: a store error leaves the store's own note."""
-        if self._since_ms is None or not isinstance(self.backend, LeaseBackend):
+        if self._since_ms is None or not isinstance(self.backend, HistoryStore):
             return
         try:
             await self.backend.schedule_since(self._job.name, self._job.schedule.fingerprint, self._since_ms)
@@ -337,12 +337,13 @@ class JobLoop:
     async def _start_cursor(self, why: str = "missed while no instance ran") -> int:
         """Where the slot loop starts (or resumes): now, after catching up on missed slots per policy.
 
-        A suspended job catches nothing up: its missed slots wait for the resume.
+        A suspended job catches nothing up: its missed slots wait for the resume. Under catch-up
+        None the missed slots are still reported: ``anarchon why`` must be able to say why.
         """
         now = self.clock.now_ms()
         since = await self._note_schedule()
         opts = self._opts
-        if not isinstance(self.backend, LeaseBackend) or opts.catch_up is CatchUp.NONE or opts.suspend:
+        if not isinstance(self.backend, HistoryStore) or opts.suspend:
             return now
         backend = self.backend
         job = self._job
@@ -387,7 +388,7 @@ class JobLoop:
         it would find that run active and record this slot Skipped. The starting deadline,
         if any, still bounds how late a slot may start.
         """
-        assert isinstance(self.backend, LeaseBackend)
+        assert isinstance(self.backend, LeaseStore)
         backend = self.backend
         for slot in slots:
             while not self._stopping and any(
@@ -436,7 +437,7 @@ class JobLoop:
         deadline = slot + opts.claim_retry_ms
         retried = False
 
-        def failed(exc: BaseException) -> None:
+        def failed(exc: BaseException, _wait_ms: int | None) -> None:
             nonlocal retried
             retried = True
             self.listener.store_error("claim", job.name, str(exc))
@@ -461,10 +462,10 @@ class JobLoop:
             deadline_ms=lambda: self.clock.now_ms() if self._stopping else deadline,
             on_error=failed,
         )
-        if retried and result.outcome is ClaimOutcome.TAKEN and isinstance(self.backend, LeaseBackend):
+        if retried and result.outcome is ClaimOutcome.TAKEN and isinstance(self.backend, LeaseStore):
             result = await self._own_lost_reply(self.backend, slot, token, result)
         self.listener.claimed(job.name, slot, result.outcome, self.clock.now_ms() - slot)
-        if isinstance(self.backend, LeaseBackend):
+        if isinstance(self.backend, LeaseStore):
             if result.outcome is ClaimOutcome.TAKEN and result.run is not None and result.run.state.active:
                 self._note_taken(slot)
             if (since := self.backend.lost_since(job.name)) is not None:
@@ -505,7 +506,7 @@ class JobLoop:
         it up from whatever record its work left, or starts it.
         """
         await self._restore_schedule_since()
-        if not self._opts.resumable or not isinstance(self.backend, LeaseBackend):
+        if not self._opts.resumable or not isinstance(self.backend, LeaseStore):
             return
         backend = self.backend
         slots = [slot for slot, seen in self._taken.items() if seen <= since_ms + self._opts.lease_ms]
@@ -531,7 +532,7 @@ class JobLoop:
         record (mending, a lease later at best).
         """
         opts = self._opts
-        assert isinstance(self.backend, LeaseBackend)
+        assert isinstance(self.backend, LeaseStore)
         backend = self.backend
         until = self.clock.now_ms() + _RECOVERY_LEASES * opts.lease_ms
         while not self._stopping and self.clock.now_ms() < until:
@@ -544,7 +545,7 @@ class JobLoop:
                 await self._claim_forgotten(slot, "the store lost this run while our lease on it lapsed")
             return
 
-    async def _own_lost_reply(self, backend: LeaseBackend, slot: int, token: str, taken: ClaimResult) -> ClaimResult:
+    async def _own_lost_reply(self, backend: LeaseStore, slot: int, token: str, taken: ClaimResult) -> ClaimResult:
         """A retried claim found the slot taken: it may have been our own claim, its reply lost.
 
         Won, our token holds the run. Skipped (overlap Skip), the record has no token but
@@ -559,7 +560,7 @@ class JobLoop:
             return ClaimResult(ClaimOutcome.SKIPPED, run)
         return taken
 
-    async def _mine(self, backend: LeaseBackend, slot: int, token: str) -> Run | None:
+    async def _mine(self, backend: LeaseStore, slot: int, token: str) -> Run | None:
         """The run if our token holds it: a claim or takeover whose reply was lost did go through."""
         run = await self._retry("get_run", lambda: backend.get_run(self._job.name, slot))
         return run if run is not None and run.token == token and run.state.active else None
@@ -579,7 +580,7 @@ class JobLoop:
             cause=cause,
         )
         with attempt_running(RunFields(job.name, run.slot, run.attempt, self.instance)):
-            if not isinstance(self.backend, LeaseBackend):
+            if not isinstance(self.backend, LeaseStore):
                 await self._run_claim_only(ctx)
                 return
             runner = AttemptRunner(
@@ -621,7 +622,7 @@ class JobLoop:
         Several instances may try at once; the store lets one win. Nothing is tried for a run
         this instance runs itself, or once it is stopping (it would hand the run straight back).
         """
-        assert isinstance(self.backend, LeaseBackend)
+        assert isinstance(self.backend, LeaseStore)
         backend = self.backend
         if self._stopping or run.slot in self._running:
             return
@@ -677,6 +678,6 @@ class JobLoop:
             op,
             clock=self.clock,
             transient=is_store_error,
-            on_error=lambda exc: self.listener.store_error(what, self._job.name, str(exc)),
-            backoff=Backoff(max_ms=5_000),
+            on_error=lambda exc, _: self.listener.store_error(what, self._job.name, str(exc)),
+            delays=Backoff(max_ms=5_000).delays(),
         )

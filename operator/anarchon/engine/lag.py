@@ -12,8 +12,8 @@ and the store lets only one instance win each anyway.
 
 The loop is not the only place work piles up: a user of the engine adds its own backlogs
 (:meth:`LoopLag.add_backlog`; the operator's is how long its oldest API request has waited for
-a turn). At 3,000 jobs a minute the replica that claimed first won most slots, its requests
-waited 16 s for a turn while the others had little to do, and its loop was on time.
+a turn): under overload the replica that claims first may win most slots and queue their
+requests while its loop is on time and the others have little to do (bench/README.md).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Final
 MIN_EVERY_MS: Final = 1_000
 
 #: Shortest heartbeat. A heartbeat is one store write per running attempt: at 500 ms that is at
-#: most two a second per run, while a 1 ms heartbeat made ~90 writes a second, bound only by the
-#: store's round trip. It also puts the shortest lease (:data:`MIN_LEASE_HEARTBEATS` of them) at
+#: most two a second per run, where a shorter one is bound only by the store's round trip. It
+#: also puts the shortest lease (:data:`MIN_LEASE_HEARTBEATS` of them) at
 #: one second, longer than an ordinary event-loop stall or store hiccup.
 MIN_HEARTBEAT_MS: Final = 500
 

@@ -40,8 +40,6 @@ class RunState(StrEnum):
         return cls.SUCCEEDED if value == "Success" else None
 
 
-FINAL_STATES = frozenset(s for s in RunState if not s.active)
-
 #: How the error of a run ended by overlap Replace begins (the same text in every store).
 REPLACED_BY = "replaced by the run of slot"
 #: How the release of an attempt handed over on shutdown begins. A backup does not count

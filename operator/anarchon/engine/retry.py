@@ -23,7 +23,7 @@ from .clock import Clock
 T = TypeVar("T")
 
 
-#: The jitter's one generator: a ``random.Random()`` per call cost 2.5 KB and a read of
+#: The jitter's one generator: a ``random.Random()`` per call costs its state and a read of
 #: os.urandom, for every store call of every job.
 _JITTER = random.Random()
 
@@ -40,17 +40,30 @@ class Backoff:
     max_ms: int = 2_000
     factor: float = 2.0
 
-    def delays(self, rng: random.Random | None = None) -> Callable[[], int]:
-        rng = rng or _JITTER
-        current = float(self.first_ms)
+    def delays(self, rng: random.Random | None = None) -> Delays:
+        return Delays(self, rng or _JITTER)
 
-        def next_delay() -> int:
-            nonlocal current
-            delay = current / 2 + rng.uniform(0, current / 2)
-            current = min(current * self.factor, float(self.max_ms))
-            return max(1, round(delay))
 
-        return next_delay
+class Delays:
+    """The waits of one retrying, each longer than the last; :meth:`reset` starts them over.
+
+    A loop that runs for long between failures (a watch) resets them once it got somewhere,
+    so that a failure hours after the last one is retried soon, not after the longest wait.
+    """
+
+    def __init__(self, backoff: Backoff, rng: random.Random) -> None:
+        self._backoff = backoff
+        self._rng = rng
+        self._current = float(backoff.first_ms)
+
+    def __call__(self) -> int:
+        """The next wait in ms."""
+        current = self._current
+        self._current = min(current * self._backoff.factor, float(self._backoff.max_ms))
+        return max(1, round(current / 2 + self._rng.uniform(0, current / 2)))
+
+    def reset(self) -> None:
+        self._current = float(self._backoff.first_ms)
 
 
 async def retry(
@@ -59,28 +72,29 @@ async def retry(
     clock: Clock,
     transient: Callable[[BaseException], bool],
     deadline_ms: Callable[[], int | None] = lambda: None,
-    on_error: Callable[[BaseException], None] | None = None,
-    backoff: Backoff = Backoff(),
-    rng: random.Random | None = None,
+    on_error: Callable[[BaseException, int | None], None] | None = None,
+    delays: Delays | None = None,
 ) -> T:
     """Await ``op()`` until it succeeds; retry transient errors until ``deadline_ms()`` (clock time).
 
-    A non-transient error is raised at once. A transient one is reported to ``on_error``
-    and retried after a backoff, unless the deadline (read anew each time: a lease moves)
-    would pass before the next try; then the last error is raised. ``None`` means no
-    deadline: the caller bounds the wait otherwise (cancellation, a stop request).
+    A non-transient error is raised at once. A transient one is reported to ``on_error``,
+    with the wait in ms before the next try, and retried after that wait, unless the deadline
+    (read anew each time: a lease moves) would pass before it; then ``on_error`` is told
+    None and the error is raised. ``None`` means no deadline: the caller bounds the wait
+    otherwise (cancellation, a stop request). ``delays`` default to :class:`Backoff`'s.
     """
-    next_delay = backoff.delays(rng)
+    next_delay = Backoff().delays() if delays is None else delays
     while True:
         try:
             return await op()
         except Exception as exc:
             if not transient(exc):
                 raise
-            if on_error is not None:
-                on_error(exc)
             delay = next_delay()
             deadline = deadline_ms()
-            if deadline is not None and clock.now_ms() + delay > deadline:
+            last = deadline is not None and clock.now_ms() + delay > deadline
+            if on_error is not None:
+                on_error(exc, None if last else delay)
+            if last:
                 raise
             await clock.sleep(delay)

@@ -36,7 +36,6 @@ whatever the expression; ``tests/engine/test_schedule.py`` bounds the count and
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -281,7 +280,7 @@ def cron(expression: str, tz: str = "UTC") -> Cron:
     """``cron("0 8 * * *", tz="Europe/Paris")``: a cron expression on a zone's wall clock.
 
     Cached: a Cron is immutable, and checking an expression costs croniter's expansion and a
-    probe (about 0.3 ms), paid on every event of a job otherwise (each replica's status
+    probe, paid on every event of a job otherwise (each replica's status
     writes wake every replica with the job's body, whose schedule is parsed again).
     """
     return Cron(expression, tz)
@@ -290,8 +289,8 @@ def cron(expression: str, tz: str = "UTC") -> Cron:
 @functools.lru_cache(maxsize=4096)
 def _next_after(cron: Cron, t_ms: int) -> int:
     """:meth:`Cron.next_after`, computed once for every job of the same expression and zone (equal
-    Crons): at an aligned slot each of 1,000 jobs on ``* * * * *`` asks for the same next slot,
-    and croniter's answer (a millisecond or so) was 4 % of a replica's CPU there."""
+    Crons): at an aligned slot every job on ``* * * * *`` asks for the same next slot, and
+    croniter's answer is slow (bench/README.md)."""
     return cron._search(t_ms)[0]
 
 
@@ -301,8 +300,3 @@ def slots_between(schedule: Schedule, after_ms: int, until_ms: int) -> Iterator[
     while slot <= until_ms:
         yield slot
         slot = schedule.next_after(slot)
-
-
-def schedule_hash(schedule: Schedule) -> str:
-    """A short digest of the fingerprint, small enough to store with every run."""
-    return hashlib.sha256(schedule.fingerprint.encode()).hexdigest()[:16]

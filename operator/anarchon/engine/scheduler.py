@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .backend import Backend, LeaseBackend
+from .backend import Backend, HistoryStore, LeaseStore
 from .backups import BackupSweep
 from .batch import ClaimBatcher
 from .clock import Clock, SystemClock
@@ -151,7 +151,7 @@ class Scheduler:
         self._started = True
         for loop in self._loops.values():
             loop.start()
-        if isinstance(self.backend, LeaseBackend) and self._sweep is None:
+        if isinstance(self.backend, LeaseStore) and self._sweep is None:
             self._sweep = BackupSweep(self.backend, self._loops, clock=self.clock, listener=self.listener, rng=self.rng)
             self._sweep.start()
         self.lag.start()
@@ -190,6 +190,6 @@ class Scheduler:
         return await loop.trigger(slot)
 
     async def history(self, name: str, limit: int = 50) -> list[Run]:
-        if not isinstance(self.backend, LeaseBackend):
+        if not isinstance(self.backend, HistoryStore):
             raise ConfigError(f"the {self.backend.capabilities.name} store is claim-only and keeps no history")
         return await self.backend.history(name, limit)

@@ -14,14 +14,12 @@ from .backend import ClaimRequest, TakeoverRequest
 from .model import (
     HANDED_OVER,
     REPLACED_BY,
-    Attempt,
     ClaimOutcome,
     ClaimResult,
     Overlap,
     Run,
     RunState,
     gave_up,
-    token_hash,
 )
 
 
@@ -39,18 +37,7 @@ def claim(existing: Run | None, active: list[Run], req: ClaimRequest) -> tuple[C
         return ClaimResult(ClaimOutcome.TAKEN, existing), []
     others = [r for r in active if r.slot != req.slot]
     if others and req.overlap is Overlap.SKIP:
-        skipped = Run(
-            job=req.job,
-            slot=req.slot,
-            state=RunState.SKIPPED,
-            attempt=0,
-            instance=req.instance,
-            token="",
-            lease_until_ms=0,
-            created_ms=req.now_ms,
-            updated_ms=req.now_ms,
-            error=f"skipped: the run of slot {others[0].slot} is still active",
-        )
+        skipped = req.skipped(others[0].slot)
         return ClaimResult(ClaimOutcome.SKIPPED, skipped), [skipped]
     replaced: list[Run] = []
     if others and req.overlap is Overlap.REPLACE:
@@ -63,18 +50,7 @@ def claim(existing: Run | None, active: list[Run], req: ClaimRequest) -> tuple[C
             old.lease_until_ms = 0
             old.updated_ms = req.now_ms
             replaced.append(old)
-    run = Run(
-        job=req.job,
-        slot=req.slot,
-        state=RunState.CLAIMED,
-        attempt=1,
-        instance=req.instance,
-        token=req.token,
-        lease_until_ms=req.now_ms + req.lease_ms,
-        created_ms=req.now_ms,
-        updated_ms=req.now_ms,
-        attempts=[Attempt(1, req.instance, token_hash(req.token), req.now_ms)],
-    )
+    run = req.claimed(lease=True)
     return ClaimResult(ClaimOutcome.WON, run, replaced), [run, *replaced]
 
 
@@ -139,5 +115,5 @@ def takeover(run: Run | None, req: TakeoverRequest) -> tuple[ClaimResult, Run | 
     nxt.token = req.token
     nxt.lease_until_ms = req.now_ms + req.lease_ms
     nxt.error = None
-    nxt.attempts.append(Attempt(nxt.attempt, req.instance, token_hash(req.token), req.now_ms))
+    nxt.attempts.append(req.started(nxt.attempt))
     return ClaimResult(ClaimOutcome.WON, nxt), nxt

@@ -1,8 +1,8 @@
 """The asyncio Kubernetes client the operator uses for everything it watches, reads and writes.
 
 A thin one over aiohttp: paths, JSON bodies and the answers as dicts. The operator works on the
-JSON the API server sends (a run, a Pod, an Event) and never on typed models; kubernetes_asyncio
-built them for every reply and imported all of them at start, 36 MB in each replica.
+JSON the API server sends (a run, a Pod, an Event) and never on typed models, which a generated
+client builds for every reply and imports all of at start (figures: bench/README.md).
 Credentials are read by :mod:`.kubeconfig`.
 """
 
@@ -47,8 +47,8 @@ class _Turns:
 
     Under overload a replica has far more to send than turns: the Pods and runs of the slots it
     won wait behind the records of skipped slots, Events and job statuses, which make no Pod and
-    (at 3,000 jobs a minute) were most of the requests; their backlog made the next slots'
-    runs later, which made them skip too. Background work is late instead, not dropped.
+    are then most of the requests; their backlog made the next slots' runs later, which made
+    them skip too. Background work is late instead, not dropped.
     """
 
     def __init__(self, limit: int) -> None:
@@ -273,7 +273,7 @@ async def call(
     def deadline_s() -> float:
         return (deadline - clock.now_ms()) / 1000
 
-    def failed(exc: BaseException) -> None:
+    def failed(exc: BaseException, _wait_ms: int | None) -> None:
         if also is not None and isinstance(exc, also):
             log.debug("%s: %s; trying again", what, exc)
             return
@@ -297,7 +297,7 @@ class Kube:
     The session is made at the first request (it belongs to the event loop that sends), with
     ``trust_env=False``: the operator never goes through the environment's proxies, and aiohttp
     would otherwise read the proxy variables and look ``~/.netrc`` up in a worker thread on
-    every request (about a fifth of a replica's CPU at 1,000 jobs, when kubernetes_asyncio did so).
+    every request (``bench/bench_client.py``).
     """
 
     def __init__(self, endpoint: kubeconfig.Endpoint) -> None:
@@ -434,7 +434,3 @@ async def connect(config_file: str | None = None, *, api_concurrency: int | None
     if api_concurrency is not None:
         _turns[asyncio.get_running_loop()] = _Turns(api_concurrency)
     return Kube(endpoint)
-
-
-def is_status(exc: BaseException, *codes: int) -> bool:
-    return isinstance(exc, ApiException) and exc.status in codes

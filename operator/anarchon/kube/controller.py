@@ -16,7 +16,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine import ConfigError, Job, LeaseBackend, RunContext, Scheduler
+from ..engine import ConfigError, HistoryStore, Job, RunContext, Scheduler
 from ..engine.errors import StoreError
 from .client import Kube, background
 from .events import EventPoster
@@ -123,7 +123,7 @@ class JobController:
         self.metrics.forget(key, namespace, name)
         self.triggers.forget(key)
         self.status.forget(key)
-        if isinstance(self.scheduler.backend, LeaseBackend):
+        if isinstance(self.scheduler.backend, HistoryStore):
             try:
                 await self.scheduler.backend.forget_job(key)
             except StoreError as exc:

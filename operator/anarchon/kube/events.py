@@ -35,9 +35,9 @@ from .spec import JobSpec
 log = logging.getLogger("anarchon.kube.events")
 
 #: Events whose count and version this replica remembers, so that a repeat is a single patch.
-#: One forgotten (many jobs, many reasons) costs a create answered AlreadyExists and a read:
-#: with 1,024, at 3,000 jobs a minute nearly every Event was forgotten before its repeat
-#: (2.9 creates, 1.4 reads and 1.4 patches per run). About 200 bytes each.
+#: One forgotten (many jobs, many reasons) costs a create answered AlreadyExists and a read;
+#: with too few, nearly every Event is forgotten before its repeat (bench/README.md). About
+#: 200 bytes each.
 REMEMBERED = 16384
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..engine import Backend
+from ..engine import Store
 
 log = logging.getLogger("anarchon.kube")
 
@@ -30,7 +30,7 @@ PING_TIMEOUT_S = 3.0
 class HealthServer:
     def __init__(
         self,
-        backend: Backend,
+        backend: Store,
         started: Callable[[], bool],
         describe: Callable[[], dict[str, Any]],
         port: int,

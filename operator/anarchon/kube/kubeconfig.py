@@ -1,7 +1,7 @@
 """Where the API server is and how to prove who we are: the Pod's service account or a kubeconfig.
 
-Read here rather than by kubernetes_asyncio, whose loader imports its whole client with it: 36 MB
-of generated models in every replica, which sends JSON and never uses one of them. What a
+Read here rather than by kubernetes_asyncio, whose loader imports its whole client with it: its
+generated models in every replica, which sends JSON and never uses one of them. What a
 replica meets (the service account; kubeconfigs with a token, a token file, client
 certificates, a CA or none) is read here; a kubeconfig whose user runs an ``exec`` plugin or an
 ``auth-provider`` is handed to that library's loader, imported for it alone.

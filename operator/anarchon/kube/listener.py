@@ -5,15 +5,14 @@ block, so every API write it causes runs as a background task whose failure is l
 
 A Skipped slot is recorded once, in the store, by the claim of one replica, which then
 writes its AnarchonRun. The other replicas hear of the skip from their own claims; if that
-replica dies in between (the chaos soak killed one 0.4 s after a skip), they write the run,
+replica dies in between, they write the run,
 unless their run cache has it by then (or saw it deleted). They look SKIP_WRITTEN_WITHIN_S
 later and once the requests they had queued by then went out (the reporter's queue alike; if
 that took long, as long again), and while the reporter is heard from (the watch delivers runs
 it wrote, see :meth:`.RunCache.heard_from`) they leave the run to it, up to
 SKIP_LEFT_TO_A_LIVE_REPORTER_S. Under overload one replica's queue is a poor measure of
-another's (at 3,000 jobs ours passed at once while the reporter's was 28 s long, and the other
-replicas wrote ~1,000 skips a minute twice: a create, a 409 and a read each); that the reporter
-still writes is what tells a slow reporter from a dead one.
+another's (figures: bench/README.md); that the reporter still writes is what tells a slow
+reporter from a dead one.
 Mending (:mod:`.mend`) would be later, and leaves alone a skip older than the history keeps.
 """
 
@@ -39,8 +38,8 @@ log = logging.getLogger("anarchon.kube.listener")
 #: skipped it: a few of its API requests' time, and less than a lease.
 SKIP_WRITTEN_WITHIN_S = 3.0
 #: How long the other replicas leave a skip to a reporter that is still heard from, at most:
-#: longer than its queue of requests under overload (28-46 s measured at 3,000 jobs), shorter
-#: than mending's look back (see :data:`.mend.MISSING_LOOK_BACK_MS`).
+#: longer than its queue of requests under overload (bench/README.md), shorter than mending's
+#: look back (see :data:`.mend.MISSING_LOOK_BACK_MS`).
 SKIP_LEFT_TO_A_LIVE_REPORTER_S = 60.0
 
 
@@ -139,10 +138,9 @@ class OperatorListener(MetricsListener):
         await asyncio.sleep(SKIP_WRITTEN_WITHIN_S)
         # Under overload the reporter's create waits its turn behind its other requests, for
         # far longer than that: ours wait alike, so look once what we queued by now went out
-        # (at 3,000 jobs a minute, looking at once made two extra creates, 409s and reads per
-        # skip, and the overload worse). The replicas' queues are alike, not equal: one that won
-        # more slots has more to send (there, 30 s for ours and 46 s for the reporter's). So when
-        # ours was long, give the reporter as long again; when it was short, look now.
+        # (looking at once made extra creates, 409s and reads per skip, and the overload worse).
+        # The replicas' queues are alike, not equal: one that won more slots has more to send.
+        # So when ours was long, give the reporter as long again; when it was short, look now.
         loop = asyncio.get_running_loop()
         queued_at = loop.time()
         await queue_passed()

@@ -21,9 +21,10 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from ..engine import Scheduler, SystemClock, default_instance_id, observed
+from ..engine import Clock, Scheduler, SystemClock, default_instance_id, observed
 from ..engine.backends import from_url
 from ..engine.errors import StoreError
+from ..engine.retry import Backoff, retry
 from .client import API_CONCURRENCY, backlog_ms, connect
 from .controller import JobController
 from .events import EventPoster
@@ -38,6 +39,8 @@ from .sharing import CHECK_EVERY_S, StoreSharing
 
 log = logging.getLogger("anarchon.kube")
 
+#: How a replica waits for its store at start: a try within a second, then up to every 15 s.
+STORE_WAIT = Backoff(first_ms=500, max_ms=15_000)
 #: How long a stopping replica spends on the job status writes it still owes, after the hand-over.
 FLUSH_S = 10.0
 #: Container objects allocated (net) between two young collections of the cyclic garbage
@@ -48,14 +51,9 @@ GC_YOUNG = 10_000
 def _tune_gc() -> None:
     """Fewer cyclic garbage collections: a replica allocates a burst of short-lived objects for
     every watch event it decodes, and with CPython's defaults the collector ran every 700 of
-    them, promoting what was merely in flight to the older generations, whose full collections
-    then scanned it all. Measured at 1,000 jobs due each minute (3 replicas, one minute, on
-    these 2-core machines): 12 % of a replica's CPU in the collector, 5 full collections, the
-    longest stalling the event loop 199 ms; with a young collection every 10,000 objects and
-    the start-up's objects frozen (modules, classes: never garbage), 7 % and no full
-    collection. CPU per run against kube-controller-manager's (two minutes side by side) stayed
-    1.08: the gain is the stalls, not measurably the total. Memory: at most a few thousand
-    objects more waiting for a collection (reference counting frees the rest at once)."""
+    them, promoting what was merely in flight to older generations whose full collections
+    stalled the event loop. The start-up's objects are frozen (modules, classes: never garbage).
+    The cost is a few thousand objects more waiting for a collection (figures: bench/README.md)."""
     gc.set_threshold(GC_YOUNG, 10, 10)
 
 
@@ -140,7 +138,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         )
         await health.start()
     try:
-        await _until_store_ready(scheduler)
+        await _until_store_ready(scheduler, clock)
     except BaseException:
         if health is not None:
             await health.stop()
@@ -192,14 +190,11 @@ async def run_operator(cfg: OperatorConfig) -> None:
         await kube.close()
 
 
-async def _until_store_ready(scheduler: Scheduler) -> None:
+async def _until_store_ready(scheduler: Scheduler, clock: Clock) -> None:
     """Wait for the store rather than crash-loop when it is not up yet."""
-    delay = 0.5
-    while True:
-        try:
-            await scheduler.start()
-            return
-        except Exception as exc:
-            log.warning("store %s not ready: %s; retrying in %.1fs", scheduler.backend.capabilities.name, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 15)
+
+    def failed(exc: BaseException, wait_ms: int | None) -> None:
+        name = scheduler.backend.capabilities.name
+        log.warning("store %s not ready: %s; retrying in %.1fs", name, exc, (wait_ms or 0) / 1000)
+
+    await retry(scheduler.start, clock=clock, transient=lambda _: True, on_error=failed, delays=STORE_WAIT.delays())

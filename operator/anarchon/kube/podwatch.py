@@ -13,13 +13,13 @@ server-side filtered by label (a watch without a selector would hold every Pod o
 cluster in memory). While it is down, runners fall back to polling.
 
 Each replica watches only the Pods it follows: their :data:`.constants.LABEL_FOLLOWER` names it
-(set at launch, moved by a runner that adopts a Pod). At 1,000 jobs the Pod events, at ~4.7 KB
-the largest, were half the bytes every replica decoded, each replica decoding every replica's.
-A Pod whose label moved to another replica leaves this watch with a DELETED event carrying its
-state before the move, as a deletion would: so with a follower every DELETED only makes whoever
-waits on the Pod read it afresh (a GET that answers 404 after a real deletion, rare while a
-runner follows its Pod). A runner waits on the watch only for a Pod that carries its label
-(:meth:`PodWatch.covers`); another it polls.
+(set at launch, moved by a runner that adopts a Pod): the Pod events are the largest a replica
+decodes, and it would otherwise decode every replica's. A Pod whose label moved to another
+replica leaves this watch with a DELETED event carrying its state before the move, as a
+deletion would: so with a follower every DELETED only makes whoever waits on the Pod read it
+afresh (a GET that answers 404 after a real deletion, rare while a runner follows its Pod). A
+runner waits on the watch only for a Pod that carries its label (:meth:`PodWatch.covers`);
+another it polls.
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from ..engine import LeaseBackend
-from ..engine.backend import Backend
+from ..engine import HistoryStore, Store
 from ..engine.clock import Clock
 
 log = logging.getLogger("anarchon.kube.served")
@@ -32,7 +31,7 @@ FORGET_AFTER_MS = 7 * 24 * 3_600_000
 class ServedJobs:
     """Notes the jobs this replica serves, and forgets those nobody noted for a week."""
 
-    def __init__(self, backend: Backend, clock: Clock) -> None:
+    def __init__(self, backend: Store, clock: Clock) -> None:
         self.backend = backend
         self.clock = clock
         self._noted_ms: int | None = None
@@ -40,7 +39,7 @@ class ServedJobs:
 
     async def tick(self, jobs: Collection[str]) -> None:
         """At each periodic pass, with the engine keys of the jobs this replica serves."""
-        if not isinstance(self.backend, LeaseBackend):
+        if not isinstance(self.backend, HistoryStore):
             return  # a claim-only store keeps nothing per job to forget
         now = self.clock.now_ms()
         if self._noted_ms is None or now - self._noted_ms >= NOTE_EVERY_MS:

@@ -7,9 +7,9 @@ every replica at work: only a replica itself adds an attempt naming it to a run,
 Skipped in its name, each time right after its store let it claim the run (the run cache sees
 those writes: :meth:`.RunCache.acted`). So every ``every_s`` each replica
 
-* notes itself in its store (:meth:`Backend.note_presence`), a record that lives TTL_PERIODS
+* notes itself in its store (:meth:`PresenceStore.note_presence`), a record that lives TTL_PERIODS
   periods, so one that shares the store is never missing from it for a whole period;
-* asks its store (:meth:`Backend.present`) about the others it saw at work within
+* asks its store (:meth:`PresenceStore.present`) about the others it saw at work within
   WINDOW_PERIODS periods; one the store does not know is *absent* from that check on;
 * calls an absent replica a stranger once it was seen at work more than a period after it was
   first found absent (a replica sharing the store would have noted itself meanwhile, even
@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from ..engine import Backend
+from ..engine import PresenceStore
 from ..engine.errors import StoreError
 
 log = logging.getLogger("anarchon.kube.sharing")
@@ -54,7 +54,7 @@ class StoreSharing:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: PresenceStore,
         instance: str,
         acted: Callable[[], Mapping[str, float]],
         now_ms: Callable[[], int],

@@ -14,10 +14,8 @@ change of the job until it is made: a start's within REFRESH_AFTER_START_S, an e
 REFRESH_AFTER_END_S (sooner, if a start's is waiting). So a run shorter than the first (most
 runs, on a busy cluster) costs one status write instead of two, each of which wakes the job
 watch of every replica; the job's ACTIVE column shows a run up to that long after it started
-(``kubectl get anarchonruns`` at once), and its end within a second. At 10 s, at 1,000 jobs a
-minute, the end of most runs came later than that (their Pods start seconds after the slot):
-1.87 job status writes a run. A stopping replica makes its waiting refreshes at once
-(:meth:`JobStatus.flush`).
+(``kubectl get anarchonruns`` at once), and its end within a second. A stopping replica makes
+its waiting refreshes at once (:meth:`JobStatus.flush`).
 
 A replica that finds its store not shared with the others (:mod:`.sharing`) says so on every
 valid job it schedules: Ready=False, reason StoreNotShared. Replicas may disagree a while (one
@@ -30,8 +28,8 @@ the look for runs that have no object (at most every two resync periods, and a m
 its look-back spans more than the time between two looks, so no stretch of records goes
 unseen) and the pruning of the store's records by age (at most every ten resync periods:
 what the engine still needs stays, whatever the history keeps, and older records wait that
-much longer). At 1,000 jobs, 3 replicas and a resync every 30 s, made at every pass, they
-were 200 store queries a second with nothing due.
+much longer): made at every pass, they were most of the store's load with nothing due
+(figures: bench/README.md).
 """
 
 from __future__ import annotations
@@ -64,6 +62,11 @@ REFRESH_AFTER_START_S = 30.0
 REFRESH_AFTER_END_S = 1.0
 #: How many writes a missed window gets before it is given up unseen (a CRD without the field prunes it).
 MISSED_WRITES_AT_MOST = 5
+#: A refresh that failed while it carried missed windows is made again this long after (doubled
+#: at each failure, up to the most): only this replica knows them, and the job's next run may be
+#: a day away.
+MISSED_RETRY_FIRST_S = 1.0
+MISSED_RETRY_MOST_S = 60.0
 
 
 @dataclass
@@ -152,6 +155,7 @@ class JobStatus:
         #: the writes they had; and the windows the status held when last seen (by engine key).
         self._missed: dict[str, tuple[list[missed.Window], int]] = {}
         self._missed_seen: dict[str, list[missed.Window]] = {}
+        self._missed_failures: dict[str, int] = {}  # refreshes in a row that failed with windows pending
 
     def forget(self, key: str) -> None:
         """The job is gone."""
@@ -162,6 +166,7 @@ class JobStatus:
         self._said_not_shared.discard(key)
         self._missed.pop(key, None)
         self._missed_seen.pop(key, None)
+        self._missed_failures.pop(key, None)
 
     async def note_missed(self, spec: JobSpec, slots: list[int], message: str) -> None:
         """Slots the engine reported missed: their window goes into the job's status at the next refresh."""
@@ -185,9 +190,12 @@ class JobStatus:
     async def refresh_soon(self, spec: JobSpec, ended: bool = True) -> None:
         """Refresh the job's status soon, once for all its changes until then: within
         REFRESH_AFTER_END_S, or (a run started: ``ended=False``) REFRESH_AFTER_START_S."""
+        self._refresh_in(spec, REFRESH_AFTER_END_S if ended else REFRESH_AFTER_START_S)
+
+    def _refresh_in(self, spec: JobSpec, delay_s: float) -> None:
         key = engine_key(spec.namespace, spec.name, spec.uid)
         self._soon[key] = spec
-        due = asyncio.get_running_loop().time() + (REFRESH_AFTER_END_S if ended else REFRESH_AFTER_START_S)
+        due = asyncio.get_running_loop().time() + delay_s
         wait = self._waits.get(key)
         if wait is None:
             wait = self._waits[key] = _Wait(due)
@@ -212,6 +220,11 @@ class JobStatus:
             await in_background(self.refresh(spec))
         except Exception as exc:
             log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
+            if key in self._missed and not self._flushing:
+                failures = self._missed_failures[key] = self._missed_failures.get(key, 0) + 1
+                self._refresh_in(spec, min(MISSED_RETRY_MOST_S, MISSED_RETRY_FIRST_S * 2 ** (failures - 1)))
+        else:
+            self._missed_failures.pop(key, None)
 
     async def flush(self) -> None:
         """Make the waiting refreshes now: a stopping replica's would otherwise wait for the job's next run."""
@@ -400,8 +413,9 @@ class JobStatus:
         if (pending := self._missed.get(key)) is not None:
             windows = missed.merged(self._missed_seen.get(key, []), pending[0], spec.schedule)
             patch["missed"] = [w.record() for w in windows]
-            self._missed[key] = (pending[0], pending[1] + 1)
         await self.kube.patch_job_status(spec.namespace, spec.name, patch)
+        if pending is not None and self._missed.get(key, (None, 0))[0] is pending[0]:
+            self._missed[key] = (pending[0], pending[1] + 1)  # a write made (a new window since starts over)
         await self._enforce_history(spec, items)
 
     async def resync(self, spec: JobSpec) -> None:
@@ -460,8 +474,7 @@ class JobStatus:
             return
         if not items and key in self._pruned:
             # No run object, and pruned once already: a record comes with a run, and a run
-            # with its object. At 10,000 idle jobs these prunes were 21-33 store queries a
-            # second per replica (every job every 10 resyncs) for nothing.
+            # with its object. Idle jobs would cost store queries for nothing.
             return
         before = self.scheduler.clock.now_ms() - loop.options.records_needed_ms
         before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r)), *self.pinned(key)])

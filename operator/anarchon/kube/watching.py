@@ -17,9 +17,14 @@ from typing import Any, TypeVar
 
 import orjson
 
+from ..engine import SystemClock
+from ..engine.retry import Backoff, retry
 from .client import ApiException, Kube, path
 
 log = logging.getLogger("anarchon.kube.watching")
+
+#: How a failed list or watch is tried again: within a second, then up to every 30 s.
+WATCH_RETRY = Backoff(first_ms=500, max_ms=30_000)
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T", bound=Hashable)
@@ -42,6 +47,7 @@ class ScopedWatch:
         self._scopes = list(namespaces) or [""]  # "": every namespace
         self._watching = dict.fromkeys(self._scopes, False)
         self._tasks: list[asyncio.Task[None]] = []
+        self._clock = SystemClock()
 
     @property
     def healthy(self) -> bool:
@@ -78,24 +84,26 @@ class ScopedWatch:
     # -- the loop --------------------------------------------------------------------------------
 
     async def _run(self, scope: str) -> None:
-        delay = 0.5
-        while True:
+        delays = WATCH_RETRY.delays()
+
+        async def session() -> None:
             try:
                 items, version = await self._list(scope)
                 self._listed(scope, items)
                 self._watching[scope] = True
-                delay = 0.5
+                delays.reset()  # listed: a failure from here on is a first one again
                 await self._watch(scope, version)  # returns when the version is too old: list again
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("watching %s in %s failed (%s); retrying in %.1fs", self.what, scope or "*", exc, delay)
-                self._watching[scope] = False
-                self._lost(scope)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
             finally:
                 self._watching[scope] = False
+
+        def failed(exc: BaseException, wait_ms: int | None) -> None:
+            log.warning(
+                "watching %s in %s failed (%s); retrying in %.1fs", self.what, scope or "*", exc, (wait_ms or 0) / 1000
+            )
+            self._lost(scope)
+
+        while True:
+            await retry(session, clock=self._clock, transient=lambda _: True, on_error=failed, delays=delays)
 
     async def _watch(self, scope: str, version: str) -> None:
         while True:

@@ -28,7 +28,6 @@ ENV_ATTEMPT: Final = "ANARCHON_ATTEMPT"
 #: The try this Pod is (1, then 2, 3, ... for retries after a failed Pod: ``spec.retries``).
 ENV_TRY: Final = "ANARCHON_TRY"
 ENV_FENCING_TOKEN: Final = "ANARCHON_FENCING_TOKEN"
-NAMES: Final = (ENV_JOB, ENV_RUN, ENV_SLOT, ENV_SLOT_MS, ENV_ATTEMPT, ENV_TRY, ENV_FENCING_TOKEN)
 
 #: The token is ``slot_ms * ATTEMPT_SPAN + attempt``. With the largest slot (the end of year
 #: 9999, about 2.5e14 ms) that is about 2.5e18: a signed 64-bit integer (PostgreSQL ``bigint``,

@@ -29,7 +29,7 @@ percent-encoded so that it is always exactly the hash tag)::
 
 Scripts compute the keys of other runs of the same job from the ``P:{J}:run:`` base they are
 given. ``P:leases`` is what makes the backups' sweep one query for all jobs (see
-:meth:`LeaseBackend.expired_runs`); every script that changes a lease changes it in the same
+:meth:`LeaseStore.expired_runs`); every script that changes a lease changes it in the same
 step. Because of it a script touches two hash slots, so the store needs one Redis primary
 (one server, or a primary with replicas behind one address), not Redis Cluster
 (:meth:`RedisBackend.setup` refuses one).
@@ -68,7 +68,7 @@ from .. import transitions
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
 from ..batch import Coalescer
 from ..errors import ConfigError, StoreError, StoreLostState
-from ..model import Attempt, ClaimOutcome, ClaimResult, Run, RunState, token_hash
+from ..model import REPLACED_BY, Attempt, ClaimOutcome, ClaimResult, Run, RunState, token_hash
 from . import _redis_presence as _presence
 
 T = TypeVar("T")
@@ -540,9 +540,9 @@ class RedisBackend(LeaseBackend):
     The writes of attempts that hold a lease (heartbeat, finish, release) have a pool of their
     own, ``lease_connections``: under a burst of claims they never wait for a connection
     behind the claims, or a busy instance would lose the leases of the runs it already runs.
-    Heartbeats made while others are out go together in one pipeline: one per heartbeat, 1,000
-    runs per instance beating every 5 s needed more round trips than 10 connections carry on
-    a busy event loop (heartbeats failed, "No connection available", backups took over).
+    Heartbeats made while others are out go together in one pipeline: with a round trip each,
+    thousands of runs per instance need more than a pool carries on a busy event loop
+    (heartbeats failed, "No connection available", backups took over; bench/README.md).
     """
 
     capabilities = Capabilities(name="redis", leases=True)
@@ -707,7 +707,6 @@ class RedisBackend(LeaseBackend):
     def _claim_call(self, request: ClaimRequest) -> tuple[list[str], list[str]]:
         """The claim script's keys and arguments for ``request``."""
         job, slot = request.job, request.slot
-        first = Attempt(1, request.instance, token_hash(request.token), request.now_ms)
         keys = [
             self.run_key(job, slot),
             self.active_key(job),
@@ -725,9 +724,9 @@ class RedisBackend(LeaseBackend):
             str(request.now_ms),
             str(request.now_ms + request.lease_ms),
             str(request.overlap),
-            _first_attempt_json(first),
+            _first_attempt_json(request.started(1)),
             self._retention,
-            f"replaced by the run of slot {slot}",
+            f"{REPLACED_BY} {slot}",
             self._epochs.get(job, ""),
             f"{secrets.token_hex(8)} {request.now_ms}",
         ]
@@ -735,7 +734,7 @@ class RedisBackend(LeaseBackend):
 
     def _claim_result(self, request: ClaimRequest, reply: Sequence[object]) -> ClaimResult:
         """The claim script's reply as a result; StoreLostState if the store lost the job's records."""
-        job, slot = request.job, request.slot
+        job = request.job
         outcome = _text(reply[0])
         epoch = _text(reply[-1])
         known, self._epochs[job] = self._epochs.get(job), epoch
@@ -748,33 +747,9 @@ class RedisBackend(LeaseBackend):
         if outcome == "taken":
             return ClaimResult(ClaimOutcome.TAKEN, _run_from_hash(_pairs(reply[1])))
         if outcome == "skipped":
-            skipped = Run(
-                job=job,
-                slot=slot,
-                state=RunState.SKIPPED,
-                attempt=0,
-                instance=request.instance,
-                token="",
-                lease_until_ms=0,
-                created_ms=request.now_ms,
-                updated_ms=request.now_ms,
-                error=f"skipped: the run of slot {_text(reply[1])} is still active",
-            )
-            return ClaimResult(ClaimOutcome.SKIPPED, skipped)
+            return ClaimResult(ClaimOutcome.SKIPPED, request.skipped(int(_text(reply[1]))))
         replaced = [_run_from_hash(_pairs(flat)) for flat in reply[1]]  # type: ignore[attr-defined]
-        run = Run(
-            job=job,
-            slot=slot,
-            state=RunState.CLAIMED,
-            attempt=1,
-            instance=request.instance,
-            token=request.token,
-            lease_until_ms=request.now_ms + request.lease_ms,
-            created_ms=request.now_ms,
-            updated_ms=request.now_ms,
-            attempts=[Attempt(1, request.instance, token_hash(request.token), request.now_ms)],
-        )
-        return ClaimResult(ClaimOutcome.WON, run, replaced)
+        return ClaimResult(ClaimOutcome.WON, request.claimed(lease=True), replaced)
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         keys, args = self._claim_call(request)
