@@ -67,7 +67,7 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
         if slot in mine or not open_run(item) or now - slot < grace_ms:
             # A run is claimed at its slot at the earliest: one younger than a lease was ended in
             # the store less than a lease ago, if at all, and is left alone below. No store read
-            # for it (at 1,000 jobs a minute, ~2 a run: every refresh and resync found most runs open).
+            # for it (every refresh and resync finds most runs open).
             continue
         run = await backend.get_run(key, slot)
         if run is None:

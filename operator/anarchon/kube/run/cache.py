@@ -2,8 +2,8 @@
 
 A job's status refresh (when a run starts or ends) and its periodic resync need all of the
 job's runs. A LIST by label selector makes the API server scan every AnarchonRun of the
-namespace: with N jobs that is N scans per refresh round, N² work, and at 1,000 jobs
-requests hit the handler timeout. One watch per replica costs the server nothing per read.
+namespace: with N jobs that is N scans per refresh round, N² work. One watch per replica
+costs the server nothing per read.
 
 What is read here may be a moment old, which every reader tolerates: the status is rewritten
 at the next run's start or end, history limits only ever delete runs that are over (an older

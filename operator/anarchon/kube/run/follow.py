@@ -46,8 +46,7 @@ async def follow(held: Held, view: PodView, try_number: int, since: PodChange | 
     woke = since  # what woke us last, with the Pod if the watch delivered it
     current = since is not None and not since.is_set()  # ``view`` is the Pod as it is
     # Woken by the clock while the watch was up (nothing changed, most likely): that read
-    # is background work, behind the requests that launch runs and write their ends. At
-    # 3,000 jobs a minute these reads were 6 per run, of runs kept waiting by the backlog.
+    # is background work, behind the requests that launch runs and write their ends.
     resync = False
     past_deadline = False  # the Pod ran past the job's timeout: it was deleted, and is followed to its end
     label = _Label()  # whether the Pod's follower label was ours, and left us since
@@ -195,7 +194,7 @@ async def _covered(held: Held, view: PodView, label: _Label) -> bool:
     Once ours, the label is never taken back: if it leaves us while this attempt holds the
     run, another replica follows the Pod as its holder too, which one shared store never
     allows (replicas on stores of their own each win every run: see :mod:`..sharing`). Taking
-    it back each time was a war: three such replicas made 1,293 events of one Pod in 10 s.
+    it back each time would be a war of relabels.
     The Pod is polled instead; and once the store is known not to be shared, no label is
     moved at all.
     """
