@@ -40,7 +40,7 @@ from anarchon.kube.client import Kube, connect, path  # noqa: E402
 from anarchon.kube.constants import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
 from anarchon.kube.pods import PodFate, fate_of, read_pod  # noqa: E402
 from anarchon.kube.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
-from anarchon.kube.runner import PodRunner  # noqa: E402
+from anarchon.kube.run.runner import PodRunner  # noqa: E402
 
 POLL_S = PodRunner.__init__.__kwdefaults__["poll_s"]
 RESYNC_S = PodRunner.__init__.__kwdefaults__["resync_s"]

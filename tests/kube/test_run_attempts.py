@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from anarchon.kube import runs
+from anarchon.kube.run import record as runs
 
 
 def test_an_attempt_that_found_its_pod_ended_records_itself_and_closes_the_dead_one() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime
 
-from anarchon.kube import runs
+from anarchon.kube.run import record as runs
 
 AT = datetime(2026, 12, 3, 17, 0, 30, tzinfo=UTC)
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from controlplane import ControlPlane
 
-from anarchon.kube import runcache
 from anarchon.kube.client import Kube
 from anarchon.kube.constants import API_VERSION, GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUN_KIND, RUNS, VERSION
-from anarchon.kube.runcache import RunCache
+from anarchon.kube.run import cache as runcache
+from anarchon.kube.run.cache import RunCache
 from anarchon.kube.spec import slot_time
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.controlplane import typed_connect

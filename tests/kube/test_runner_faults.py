@@ -19,7 +19,7 @@ from anarchon.kube.client import Kube, path
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
 from anarchon.kube.podwatch import PodWatch
-from anarchon.kube.runner import PodRunner
+from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import SLOT, attempt

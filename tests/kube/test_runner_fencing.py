@@ -16,12 +16,12 @@ import pytest
 
 from anarchon.engine import RunInterrupted
 from anarchon.engine.attempt import ENDED
-from anarchon.kube import runs
 from anarchon.kube.client import Kube, path
 from anarchon.kube.constants import RUNS
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import pods_of_run
-from anarchon.kube.runner import PodRunner
+from anarchon.kube.run import record as runs
+from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import SLOT, attempt

@@ -1,6 +1,6 @@
 """StoreSharing's judgement, check by check, on real stores: who is a stranger, and who never is.
 
-The replicas' acts (what the run cache saw: anarchon.kube.runcache) are given by hand and the
+The replicas' acts (what the run cache saw: anarchon.kube.run.cache) are given by hand and the
 checks' clock is a counter, so each rule is shown at the check where it applies; the presence
 records are real, in real stores (SQLite files, Redis databases). The operator tests
 (tests/operator/test_store_not_shared.py) show the whole of it with replicas at work.

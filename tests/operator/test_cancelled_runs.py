@@ -20,8 +20,8 @@ import pytest
 from anarchon.engine import RunCancelled
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
-from anarchon.kube.runcache import RunCache
-from anarchon.kube.runner import PodRunner
+from anarchon.kube.run.cache import RunCache
+from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, Replicas, job_manifest

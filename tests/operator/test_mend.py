@@ -24,12 +24,12 @@ from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
 from anarchon.engine.model import ClaimOutcome, Overlap, RunState
 from anarchon.kube import client as kube_client
-from anarchon.kube import runs
 from anarchon.kube.client import ApiException, Kube, connect
 from anarchon.kube.events import EventPoster
 from anarchon.kube.mend import mend_runs
 from anarchon.kube.pods import pods_of_run
-from anarchon.kube.runner import PodRunner
+from anarchon.kube.run import record as runs
+from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
 from anarchon.kube.status import JobStatus
 from tests.faults.apiproxy import ApiFaultProxy, Fault
@@ -451,7 +451,7 @@ async def _replica_listener(
     """A replica's listener ("me") talking through ``proxy``, its run cache listed: (kube, listener, cache)."""
     from anarchon.kube.listener import OperatorListener
     from anarchon.kube.metrics import Metrics
-    from anarchon.kube.runcache import RunCache
+    from anarchon.kube.run.cache import RunCache
 
     kube = await connect(str(proxy.kubeconfig), api_concurrency=api_concurrency)
     cache = RunCache(kube, [spec.namespace])

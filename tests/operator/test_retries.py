@@ -14,11 +14,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube import runs
 from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.pods import build_pod, create_pod
-from anarchon.kube.runner import PodRunner, end_replaced
+from anarchon.kube.run import record as runs
+from anarchon.kube.run.replaced import end_replaced
+from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, pod_name, run_name
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.runs import SLOT, attempt

@@ -57,8 +57,9 @@ async def _handled(kube: Kube, namespace: str, name: str, key: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine import RunState
     from ..engine.schedule import slots_between
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
     from ..kube.spec import SpecError, parse_job, run_name, slot_time
 
     try:
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"slot {slot_time(slot)}: decided by the replicas ({run_name(args.job, slot)})", flush=True)
         if args.overlap == "Wait":
             print("done: " + (", ".join(f"{n} {phase}" for phase, n in sorted(outcomes.items())) or "nothing to run"))
-        return 0 if set(outcomes) <= {"Succeeded", "not run again"} else 1
+        return 0 if set(outcomes) <= {RunState.SUCCEEDED, "not run again"} else 1
 
     return with_kube("backfill", args, backfill)
 

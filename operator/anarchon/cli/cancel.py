@@ -4,7 +4,7 @@ It sets the annotation ``anarchon.io/cancel`` (the reason) on the run's Anarchon
 ``anarchon.io/cancel-by`` (who asked, as the API server names the caller); ``kubectl annotate``
 of the first alone does the same. The replica that runs the run deletes its Pod and ends it
 Cancelled; with no replica up, the first that takes the run over does (see
-:mod:`anarchon.kube.runner`). The patch is conditional on the version read: a run that ended
+:mod:`anarchon.kube.run.runner`). The patch is conditional on the version read: a run that ended
 meanwhile is read again, and a run that has ended is left as it is (one line, exit 1).
 """
 
@@ -18,7 +18,7 @@ from .follow import follow
 
 if TYPE_CHECKING:
     from ..kube.client import Kube
-    from ..kube.runs import Cancel
+    from ..kube.run.record import Cancel
 
 #: Where the API server says who the caller is (GA since Kubernetes 1.28).
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -77,16 +77,16 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
     """Ask the replicas to stop run ``name``; what was done, in one line. A run that has ended is
     the verb's one-line failure. ``anarchon ui`` cancels through this too."""
     from ..kube.constants import ANNOTATION_CANCEL, ANNOTATION_CANCEL_BY
-    from ..kube.runs import Cancel, cancel_of, ended
+    from ..kube.run.record import Cancel, RunStatus, cancel_of
 
     by = await _caller(kube)
     while True:
         obj = await _read(kube, namespace, name)
-        status = obj.get("status") or {}
+        status = RunStatus.of(obj.get("status"))
         where = f"anarchonrun {namespace}/{name}"
-        if ended(status):
-            message = " ".join(str(status.get("message") or "").split())
-            raise Failure(f"{where} has ended {status.get('phase')}" + (f": {message}" if message else ""))
+        if status.ended:
+            message = " ".join((status.message or "").split())
+            raise Failure(f"{where} has ended {status.phase}" + (f": {message}" if message else ""))
         if (asked := cancel_of(obj)) is not None:
             return f"{where}: cancel already requested{_who_why(asked)}"
         annotations = {ANNOTATION_CANCEL: reason, ANNOTATION_CANCEL_BY: by}
@@ -96,6 +96,7 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine import RunState
     from ..kube.spec import run_name
 
     try:
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         # A Pod that ended on its own before its delete landed gives the run its own outcome.
         phase = await follow(kube, namespace, name, args.timeout, claimed=True)
-        return 0 if phase == "Cancelled" else 1
+        return 0 if phase is RunState.CANCELLED else 1
 
     return with_kube("cancel", args, cancel)
 

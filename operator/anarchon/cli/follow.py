@@ -2,7 +2,7 @@
 
 It polls the AnarchonRun (once a second) rather than watching it: the run may not exist yet
 (no replica has claimed the slot), and a poll needs no resumable watch to survive an API
-server restart. A run is over when its object says so (:func:`anarchon.kube.mend.open_run`):
+server restart. A run is over when its object says so (:attr:`anarchon.kube.run.record.RunStatus.ended`):
 an Interrupted run without a finish time still waits for its next attempt.
 """
 
@@ -16,30 +16,35 @@ from typing import TYPE_CHECKING, Any
 from .common import Failure
 
 if TYPE_CHECKING:
+    from ..engine import RunState
     from ..kube.client import Kube
 
 POLL_S = 1.0
 
 
 def _progress(run: dict[str, Any]) -> tuple[Any, ...]:
-    status = run.get("status") or {}
-    return (status.get("phase"), status.get("attempt"), status.get("instance"), status.get("reason"))
+    from ..kube.run.record import RunStatus
+
+    status = RunStatus.of(run.get("status"))
+    return (status.phase, status.attempt, status.instance, status.reason)
 
 
 def _line(run: dict[str, Any]) -> str:
-    status = run.get("status") or {}
-    phase = status.get("phase") or "Created"
-    text = phase
-    if status.get("attempt"):
-        text += f", attempt {status['attempt']}"
-    if status.get("instance"):
-        text += f" on {status['instance']}"
-    if status.get("podName") and phase == "Running":
-        text += f", Pod {status['podName']}"
-    if status.get("reason"):
-        text += f" ({status['reason']})"
-    if status.get("message"):
-        text += f": {' '.join(str(status['message']).split())}"
+    from ..engine import RunState
+    from ..kube.run.record import RunStatus
+
+    status = RunStatus.of(run.get("status"))
+    text = str(status.phase or "Created")
+    if status.attempt:
+        text += f", attempt {status.attempt}"
+    if status.instance:
+        text += f" on {status.instance}"
+    if status.pod_name and status.phase is RunState.RUNNING:
+        text += f", Pod {status.pod_name}"
+    if status.reason:
+        text += f" ({status.reason})"
+    if status.message:
+        text += f": {' '.join(status.message.split())}"
     return text
 
 
@@ -55,7 +60,7 @@ async def follow(
     *,
     absent_s: float | None = None,
     claimed: bool = False,
-) -> str | None:
+) -> RunState | None:
     """Print the run's changes until it is over; its final phase (raises :class:`Failure` on timeout).
 
     None if ``absent_s`` is given and the run has not appeared by then: a caller that knows
@@ -65,7 +70,7 @@ async def follow(
     from ..engine.durations import format_duration
     from ..kube.client import ApiException, call, path
     from ..kube.constants import RUNS
-    from ..kube.mend import open_run
+    from ..kube.run.record import RunStatus
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     took = "" if timeout_s is None else format_duration(round(timeout_s * 1000))
@@ -89,8 +94,8 @@ async def follow(
             if _progress(run) != seen:
                 seen = _progress(run)
                 _say(_line(run))
-            if not open_run(run):
-                return str(run["status"]["phase"])
+            if (status := RunStatus.of(run.get("status"))).ended:
+                return status.phase
         if run is None and absent_deadline is not None and time.monotonic() >= absent_deadline:
             return None
         if deadline is not None and time.monotonic() >= deadline:

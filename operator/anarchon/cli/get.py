@@ -63,7 +63,7 @@ def _pending_triggers(job: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
     from ..kube.spec import parse_job
     from .records import job_record, run_record
     from .times import upcoming

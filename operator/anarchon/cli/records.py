@@ -7,10 +7,11 @@ its status: the status says what a replica last wrote, which is stale when none 
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from ..kube.constants import ANNOTATION_SUSPEND_REASON
-from ..kube.mend import open_run
+from ..kube.run.record import RunStatus, RunStep, cause_of
 from ..kube.spec import SpecError, parse_job, schedule_column, slot_time
 from .times import zone_of
 
@@ -40,39 +41,45 @@ def job_record(job: dict[str, Any], now_ms: int) -> dict[str, Any]:
     }
 
 
-def _step(entry: dict[str, Any], number: str, *extra: str) -> dict[str, Any]:
-    """One attempt or try of a run, as shown: its ``number``, the ``extra`` fields, its Pod, outcome and times."""
+def _word(value: StrEnum | None) -> str | None:
+    """A phase, outcome or cause as the records show it: the word, a plain string (JSON, YAML)."""
+    return None if value is None else str(value)
+
+
+def _step(step: RunStep) -> dict[str, Any]:
+    """One attempt or try of a run, as shown: its Pod, outcome, times and message."""
     return {
-        number: int(entry.get(number, 0)),
-        **{key: entry.get(key) for key in extra},
-        "pod": entry.get("podName"),
-        "outcome": entry.get("outcome"),
-        "startTime": entry.get("startTime"),
-        "finishTime": entry.get("finishTime"),
-        "message": entry.get("message") or "",
+        "pod": step.pod_name,
+        "outcome": _word(step.outcome),
+        "startTime": step.start_time,
+        "finishTime": step.finish_time,
+        "message": step.message or "",
     }
 
 
 def run_record(run: dict[str, Any]) -> dict[str, Any]:
     """A run: its outcome once it has one (an Interrupted run without a finish time waits for its next attempt)."""
-    spec, status = run.get("spec") or {}, run.get("status") or {}
-    attempts = [_step(a, "attempt", "instance", "launched", "adopted") for a in status.get("attempts") or []]
-    tries = [_step(t, "try") for t in status.get("tries") or []]
+    spec, status = run.get("spec") or {}, RunStatus.of(run.get("status"))
+    attempts = [
+        {"attempt": a.attempt, "instance": a.instance, "launched": a.launched or None, "adopted": a.adopted or None}
+        | _step(a)
+        for a in status.attempts
+    ]
     return {
         "name": run["metadata"]["name"],
         "slot": int(spec.get("slot") or 0),
         "slotTime": spec.get("slotTime") or slot_time(int(spec.get("slot") or 0)),
-        "trigger": spec.get("trigger"),
-        "phase": status.get("phase"),
-        "outcome": None if open_run(run) else status.get("phase"),
+        "trigger": _word(cause_of(run)),
+        "phase": _word(status.phase),
+        "outcome": None if not status.ended else _word(status.phase),
         "attempts": attempts,
-        "takeovers": int(status.get("takeovers") or 0),
-        "try": int(status.get("try") or 1),
-        "tries": tries,
-        "startTime": status.get("startTime"),
-        "finishTime": status.get("finishTime"),
-        "reason": status.get("reason"),
-        "message": status.get("message") or "",
+        "takeovers": status.takeovers or 0,
+        "try": status.current_try,
+        "tries": [{"try": t.number} | _step(t) for t in status.tries],
+        "startTime": status.start_time,
+        "finishTime": status.finish_time,
+        "reason": status.reason,
+        "message": status.message or "",
     }
 
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
     from .records import run_record, run_rows
 
     async def show(kube: Kube, namespace: str) -> int:

@@ -47,6 +47,7 @@ async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine import RunState
     from ..kube.spec import run_name
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         phase = await follow(kube, namespace, run_name(args.job, slot), args.timeout)
-        return 0 if phase == "Succeeded" else 1  # never None: no absent_s
+        return 0 if phase is RunState.SUCCEEDED else 1  # never None: no absent_s
 
     return with_kube("trigger", args, annotate)
 

@@ -38,30 +38,32 @@ def _condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 
 def _ran(slot: int, run: dict[str, Any], spec: JobSpec | None) -> dict[str, Any]:
     """A slot that has a run: what it did, who ran it and how late each step was."""
-    from ..kube.mend import open_run
+    from ..engine import Cause, RunState
+    from ..kube.run.record import RunStatus, cause_of
 
-    status = run.get("status") or {}
-    phase = str(status.get("phase") or "")
-    attempts = status.get("attempts") or []
-    winner = attempts[0].get("instance") if attempts else status.get("instance")
+    status = RunStatus.of(run.get("status"))
+    phase = str(status.phase or "")
+    attempts = status.attempts
+    winner = attempts[0].instance if attempts else status.instance
+    cause = cause_of(run)
     record: dict[str, Any] = {
         "run": run["metadata"]["name"],
-        "trigger": (run.get("spec") or {}).get("trigger"),
+        "trigger": None if cause is None else str(cause),
         "phase": phase or None,
         "winner": winner,
         "created": _after(slot, run["metadata"].get("creationTimestamp")),
-        "launched": _after(slot, status.get("startTime")),
-        "tries": len(status.get("tries") or []),
+        "launched": _after(slot, status.start_time),
+        "tries": len(status.tries),
         "attempts": len(attempts),
-        "takeovers": int(status.get("takeovers") or 0),
-        "reason": status.get("reason"),
-        "message": " ".join(str(status.get("message") or "").split()),
+        "takeovers": status.takeovers or 0,
+        "reason": status.reason,
+        "message": " ".join((status.message or "").split()),
     }
-    if phase == "Skipped":
+    if status.phase is RunState.SKIPPED:
         record["verdict"] = "skipped"
         record["why"] = record["message"] or "the overlap policy skipped it: an earlier run was still active"
         return record
-    if phase == "Cancelled":
+    if status.phase is RunState.CANCELLED:
         record["verdict"] = "cancelled"
         record["why"] = record["message"] or "cancelled"
         return record
@@ -69,9 +71,8 @@ def _ran(slot: int, run: dict[str, Any], spec: JobSpec | None) -> dict[str, Any]
         record["verdict"] = "claimed"
         record["why"] = f"claimed {record['created'] or ''} by a replica; no status yet".replace("  ", " ")
         return record
-    record["verdict"] = "running" if open_run(run) else "ran"
-    trigger = record["trigger"]
-    steps = [f"won by {winner or '?'}" + (f" ({trigger} run)" if trigger and trigger != "Schedule" else "")]
+    record["verdict"] = "ran" if status.ended else "running"
+    steps = [f"won by {winner or '?'}" + (f" ({cause} run)" if cause not in (None, Cause.SCHEDULE) else "")]
     if record["created"]:
         jitter = f" (jitter up to {spec.options.jitter_ms / 1000:g}s)" if spec is not None else ""
         steps.append(f"claimed {record['created']}{jitter}")
@@ -202,7 +203,7 @@ def _print(records: list[dict[str, Any]], namespace: str, name: str, fmt: str) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.runs import list_runs
+    from ..kube.run.record import list_runs
 
     try:
         args.slot = None if args.slot is None else time_arg("--slot", args.slot)

@@ -22,8 +22,8 @@ from .client import Kube, background
 from .events import EventPoster
 from .metrics import Metrics, job_times
 from .podwatch import PodWatch
-from .runcache import RunCache
-from .runner import PodRunner
+from .run.cache import RunCache
+from .run.runner import PodRunner
 from .served import ServedJobs
 from .sharing import STORE_NOT_SHARED, StoreSharing
 from .spec import JobSpec, SpecError, engine_key, parse_job

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ..engine import Cause, Run
-from . import runs
 from .client import Kube, in_background, queue_passed
 from .events import EventPoster
 from .metrics import Metrics, MetricsListener
-from .runcache import RunCache
+from .run import record
+from .run.cache import RunCache
 from .spec import JobSpec, run_name, slot_time
 
 log = logging.getLogger("anarchon.kube.listener")
@@ -122,7 +122,7 @@ class OperatorListener(MetricsListener):
             # be. As background work it came after all of this replica's runs, and at 3,000
             # jobs the other two wrote nearly every skip as well (a create, a 409, a read each).
             self.spawn(
-                runs.record_skipped(self.kube, spec, slot, reason, str(cause), instance=self.instance_id),
+                record.record_skipped(self.kube, spec, slot, reason, cause, instance=self.instance_id),
                 background=False,
             )
         self._event(job, "Skipped", lambda _: f"slot {slot_time(slot)}: {reason}")
@@ -158,12 +158,12 @@ class OperatorListener(MetricsListener):
         if cache.seen(spec.namespace, name) is not False:
             return  # written (or deleted since); or the cache is down: mending covers it
         log.warning("%s: skipped by %s, who has not written it: writing it", name, run.instance)
-        await runs.record_skipped(
+        await record.record_skipped(
             self.kube,
             spec,
             slot,
             run.error or "overlap",
-            runs.trigger_guess(spec, slot),
+            record.cause_guess(spec, slot),
             instance=self.instance_id,
         )
 
@@ -208,6 +208,6 @@ class OperatorListener(MetricsListener):
         )
 
     async def _given_up(self, spec: JobSpec, slot: int, attempt: int, message: str) -> None:
-        await runs.record_given_up(self.kube, spec, slot, attempt, message)
+        await record.record_given_up(self.kube, spec, slot, attempt, message)
         if self._refresh_status is not None:
             await self._refresh_status(spec)

@@ -34,7 +34,7 @@ from .listener import OperatorListener
 from .metrics import Metrics
 from .pods import follower_label
 from .podwatch import PodWatch
-from .runcache import RunCache
+from .run.cache import RunCache
 from .sharing import CHECK_EVERY_S, StoreSharing
 
 log = logging.getLogger("anarchon.kube")

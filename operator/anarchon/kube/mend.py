@@ -36,10 +36,10 @@ from typing import Any
 from ..engine import LeaseBackend, RunState, Scheduler
 from ..engine.model import REPLACED_BY, Run
 from ..engine.schedule import slots_between
-from . import runs
 from .client import Kube
 from .pods import pods_of_run
-from .runner import end_replaced
+from .run import record
+from .run.replaced import end_replaced
 from .spec import JobSpec, engine_key, run_name
 
 log = logging.getLogger("anarchon.kube.mend")
@@ -48,7 +48,7 @@ log = logging.getLogger("anarchon.kube.mend")
 def open_run(item: dict[str, Any]) -> bool:
     """The object does not say the run is over: it runs, waits between attempts, or has no status
     yet (its creator died between the create and the first status write)."""
-    return not runs.ended(item.get("status") or {})
+    return not record.ended(item.get("status") or {})
 
 
 async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
@@ -67,7 +67,7 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
         if slot in mine or not open_run(item) or now - slot < grace_ms:
             # A run is claimed at its slot at the earliest: one younger than a lease was ended in
             # the store less than a lease ago, if at all, and is left alone below. No store read
-            # for it (at 1,000 jobs a minute, ~2 a run: every refresh and resync found most runs open).
+            # for it (every refresh and resync finds most runs open).
             continue
         run = await backend.get_run(key, slot)
         if run is None:
@@ -118,7 +118,7 @@ async def mend_missing(
     if not isinstance(backend, LeaseBackend) or loop is None or not items:
         return []
     slots = {int(i["spec"]["slot"]) for i in items}
-    phases = [(int(i["spec"]["slot"]), str((i.get("status") or {}).get("phase") or "")) for i in items]
+    phases = [(int(i["spec"]["slot"]), record.RunStatus.of(i.get("status")).phase) for i in items]
     grace_ms = loop.options.lease_ms
     now = scheduler.clock.now_ms()
     window = slots_between(spec.schedule, now - grace_ms - look_back_ms, now)
@@ -129,11 +129,11 @@ async def mend_missing(
             continue
         if run.state in RUNNER_ENDED or deleted(spec.namespace, run_name(spec.name, run.slot)):
             continue  # deleted by hand or by the history limits: not lost
-        kind, keep = next(k for k in runs.history_kinds(spec) if str(run.state) in k[0])
+        kind, keep = next(k for k in record.history_kinds(spec) if run.state in k[0])
         kept = sorted(slot for slot, phase in phases if phase in kind)
         if keep == 0 or (len(kept) >= keep and run.slot < kept[-keep]):
             continue  # the history limits would delete it at once
-        body = await runs.ensure_run(kube, spec, run.slot, runs.trigger_guess(spec, run.slot))
+        body = await record.ensure_run(kube, spec, run.slot, record.cause_guess(spec, run.slot))
         name = body["metadata"]["name"]
         log.warning("%s: the store ended it (%s), it had no object: writing one", name, run.state)
         await _close(kube, spec, name, run)
@@ -142,17 +142,16 @@ async def mend_missing(
 
 
 async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
-    phase = str(run.state)  # the engine's words are the AnarchonRun's phases
-    message = run.error or f"ended in the store as {phase}"
+    message = run.error or f"ended in the store as {run.state}"
     log.warning("run %s is open but its run ended in the store (%s): closing it", name, message)
     if run.state is RunState.INTERRUPTED and message.startswith(REPLACED_BY):
         pods = [p["metadata"]["name"] for p in await pods_of_run(kube, spec.namespace, name)]
         await end_replaced(kube, spec.namespace, name, pods, message)
         return
-    await runs.update_status(
+    await record.update_status(
         kube,
         spec.namespace,
         name,
         run.attempt,
-        lambda s: runs.end_attempt(s, attempt=run.attempt, outcome=phase, message=message, final=True),
+        lambda s: record.end_attempt(s, attempt=run.attempt, outcome=run.state, message=message, final=True),
     )

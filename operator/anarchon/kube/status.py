@@ -42,12 +42,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import LeaseBackend, Scheduler
-from . import missed, runs
+from ..engine import LeaseBackend, RunState, Scheduler
+from . import missed
 from .client import Kube, in_background
 from .events import EventPoster
 from .mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
-from .runcache import RunCache
+from .run import record
+from .run.cache import RunCache
 from .sharing import STORE_NOT_SHARED
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
@@ -259,7 +260,7 @@ class JobStatus:
         """The job's runs by slot: from the watch-fed cache when it is live, else one LIST."""
         if self.run_cache is not None and (cached := self.run_cache.runs_of(spec.namespace, spec.name)) is not None:
             return cached
-        return await runs.list_runs(self.kube, spec.namespace, spec.name)
+        return await record.list_runs(self.kube, spec.namespace, spec.name)
 
     async def invalid(
         self,
@@ -382,20 +383,20 @@ class JobStatus:
         """Recompute active runs, last times and history from the job's AnarchonRuns."""
         items = await self._runs_of(spec)
         if await self._mend(spec, items):
-            items = await runs.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
-        phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
+            items = await record.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
+        runs = [(r, record.RunStatus.of(r.get("status"))) for r in items]
         active = [
             {
                 "name": r["metadata"]["name"],
                 "slot": int(r["spec"]["slot"]),
-                "attempt": int((r.get("status") or {}).get("attempt") or 1),
-                "instance": str((r.get("status") or {}).get("instance") or ""),
+                "attempt": status.attempt or 1,
+                "instance": status.instance or "",
             }
-            for r in items
-            if phase[r["metadata"]["name"]] in ("Claimed", "Running")
+            for r, status in runs
+            if status.phase is not None and status.phase.active
         ]
-        scheduled = [int(r["spec"]["slot"]) for r in items if phase[r["metadata"]["name"]] not in (None, "Skipped")]
-        succeeded = [int(r["spec"]["slot"]) for r in items if phase[r["metadata"]["name"]] == "Succeeded"]
+        scheduled = [int(r["spec"]["slot"]) for r, status in runs if status.phase not in (None, RunState.SKIPPED)]
+        succeeded = [int(r["spec"]["slot"]) for r, status in runs if status.phase is RunState.SUCCEEDED]
         now = self.scheduler.clock.now_ms()
         next_slot = spec.schedule.next_after(now)
         patch: dict[str, Any] = {
@@ -431,32 +432,29 @@ class JobStatus:
         Skipped runs have a bucket of their own: a long job on a short period skips many
         slots, and they must not push the successful runs out of the history.
 
-        Newest by when they ran (:func:`.runs.ran_at`), not by their slot: a manual run or a
+        Newest by when they ran (:func:`.run.record.ran_at`), not by their slot: a manual run or a
         backfill of an old slot would otherwise be the oldest of the history, and deleted as
         soon as it ended.
         """
-        phase = {r["metadata"]["name"]: (r.get("status") or {}).get("phase") for r in items}
-
-        def done(r: dict[str, Any]) -> bool:
-            # An Interrupted run without a finish time is between attempts: not history yet.
-            status = r.get("status") or {}
-            return status.get("phase") != "Interrupted" or bool(status.get("finishTime"))
-
+        status = {r["metadata"]["name"]: record.RunStatus.of(r.get("status")) for r in items}
         running = self._running_slots(spec)
 
-        def of(*phases: str) -> list[dict[str, Any]]:
+        def of(*phases: RunState) -> list[dict[str, Any]]:
+            # Ended: an Interrupted run without a finish time is between attempts, not history yet.
             return [
                 r
                 for r in items
-                if phase[r["metadata"]["name"]] in phases and done(r) and int(r["spec"]["slot"]) not in running
+                if (s := status[r["metadata"]["name"]]).phase in phases
+                and s.ended
+                and int(r["spec"]["slot"]) not in running
             ]
 
         doomed: list[dict[str, Any]] = []
-        for phases, keep in runs.history_kinds(spec):
-            bucket = sorted(of(*phases), key=runs.ran_at)
+        for phases, keep in record.history_kinds(spec):
+            bucket = sorted(of(*phases), key=record.ran_at)
             doomed += bucket[: max(0, len(bucket) - keep)]
         for r in doomed:
-            await runs.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
+            await record.delete_run(self.kube, spec.namespace, r["metadata"]["name"])
         await self._prune_store(spec, items)
 
     async def _prune_store(self, spec: JobSpec, items: list[dict[str, Any]]) -> None:

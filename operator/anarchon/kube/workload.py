@@ -41,7 +41,7 @@ def fencing_token(slot_ms: int, attempt: int) -> int:
     """The fencing token of the Pod that ``attempt`` launches for the run of ``slot_ms``.
 
     Why it can fence: an attempt launches a Pod only after its status write on the
-    AnarchonRun, which is refused once a later attempt wrote (:func:`.runs.update_status`),
+    AnarchonRun, which is refused once a later attempt wrote (:func:`.run.record.update_status`),
     and each attempt launches at most one Pod. So a Pod launched after another Pod of the
     same run carries a greater attempt, hence a greater token, unless its launcher was
     already fenced off, in which case its token is the smaller one and its writes are the

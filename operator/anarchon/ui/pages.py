@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from ..cli.output import relative
 from ..cli.records import suspended_text
 from ..cli.times import upcoming
+from ..engine import RunState
 from ..kube.spec import slot_time
 from ..kube.workload import fencing_token
 from . import timeline
@@ -128,10 +129,10 @@ class JobView:
 
     def success(self) -> str:
         """Succeeded among the kept runs that ended (Skipped aside: they never ran)."""
-        ran = [r for r in self.runs if r["outcome"] not in (None, "Skipped")]
+        ran = [r for r in self.runs if r["outcome"] not in (None, RunState.SKIPPED)]
         if not ran:
             return "-"
-        good = sum(r["outcome"] == "Succeeded" for r in ran)
+        good = sum(r["outcome"] == RunState.SUCCEEDED for r in ran)
         return f"{good}/{len(ran)} ({100 * good // len(ran)}%)"
 
 
@@ -258,10 +259,7 @@ HINT = (
 )
 LEGEND = (
     '<ul class="legend" aria-label="legend">'
-    + "".join(
-        f'<li><span class="swatch ph-{p}"></span>{p}</li>'
-        for p in ("Claimed", "Running", "Succeeded", "Failed", "Interrupted", "Skipped", "Cancelled")
-    )
+    + "".join(f'<li><span class="swatch ph-{p}"></span>{p}</li>' for p in RunState)
     + '<li><span class="swatch missed"></span>missed slots</li>'
     "<li>thin line: from the slot to the Pod's start</li><li>tick: a later try</li>"
     "<li>triangle: a takeover (the live Pod adopted)</li><li>circle: the Pod launched again</li></ul>"

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from ..engine import RunState
 from ..kube.spec import ms_of
 
 WIDTH = 1200
@@ -119,10 +120,10 @@ def _run(r: dict[str, Any], scale: _Scale, y: float, now_ms: int, href: str) -> 
     title = f"<title>{escape(_tooltip(r, begin))}</title>"
     phase = escape(r["phase"] or "None")
     slot_x, mid = scale.x(r["slot"]), y + LANE_H / 2
-    if r["phase"] == "Skipped":
+    if r["phase"] == RunState.SKIPPED:
         d = LANE_H / 2
         points = f"{slot_x},{y} {slot_x + d},{mid} {slot_x},{y + LANE_H} {slot_x - d},{mid}"
-        return f'<a href="{escape(href)}" class="run">{title}<polygon class="ph-Skipped" points="{points}"/></a>'
+        return f'<a href="{escape(href)}" class="run">{title}<polygon class="ph-{phase}" points="{points}"/></a>'
     x0, x1 = scale.x(begin), scale.x(end)
     parts = [f'<a href="{escape(href)}" class="run">{title}']
     parts.append(f'<line class="lead" x1="{slot_x}" y1="{mid}" x2="{x0}" y2="{mid}"/>')

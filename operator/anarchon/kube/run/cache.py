@@ -2,8 +2,8 @@
 
 A job's status refresh (when a run starts or ends) and its periodic resync need all of the
 job's runs. A LIST by label selector makes the API server scan every AnarchonRun of the
-namespace: with N jobs that is N scans per refresh round, N² work, and at 1,000 jobs
-requests hit the handler timeout. One watch per replica costs the server nothing per read.
+namespace: with N jobs that is N scans per refresh round, N² work. One watch per replica
+costs the server nothing per read.
 
 What is read here may be a moment old, which every reader tolerates: the status is rewritten
 at the next run's start or end, history limits only ever delete runs that are over (an older
@@ -16,12 +16,12 @@ changes in order, so only equality is checked, never which version is newer).
 
 The watch also tells which replicas are at work: every write of a run's status names its
 replica (``status.instance``), so :meth:`RunCache.heard_from` says when a replica last wrote
-one. Another replica's skip is left to it while it is heard from (see :mod:`.listener`). And
+one. Another replica's skip is left to it while it is heard from (see :mod:`..listener`). And
 only a replica itself adds an attempt naming it to a run (or ends a run Skipped in its name),
 each time after its store let it claim or take over the run: :meth:`RunCache.acted` says
-when the watch last delivered such a change by each replica (see :mod:`.sharing`).
+when the watch last delivered such a change by each replica (see :mod:`..sharing`).
 
-The watch also brings a cancel (:data:`.constants.ANNOTATION_CANCEL`) to the runner of the run:
+The watch also brings a cancel (:data:`..constants.ANNOTATION_CANCEL`) to the runner of the run:
 it registers for the run's :class:`CancelWake` (:meth:`RunCache.cancels`) while its attempt runs,
 and the watch sets it as soon as it delivers the annotated object, or lists it after a break.
 
@@ -38,10 +38,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .client import Kube
-from .constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
-from .runs import Cancel, cancel_of
-from .watching import ScopedWatch, registered
+from ...engine import RunState
+from ..client import Kube
+from ..constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
+from ..watching import ScopedWatch, registered
+from .record import Cancel, RunStatus, cancel_of
 
 Key = tuple[str, str]  # namespace, name
 
@@ -50,7 +51,7 @@ Key = tuple[str, str]  # namespace, name
 #: was called and was followed by another's write: never read a copy older than the watch's for long.
 WRITTEN_FOR_S = 10.0
 #: How long a deletion seen by the watch is remembered: longer than mending looks back (see
-#: :data:`.mend.MISSING_LOOK_BACK_MS`), so that a run deleted by hand or by the history limits
+#: :data:`..mend.MISSING_LOOK_BACK_MS`), so that a run deleted by hand or by the history limits
 #: is not written again from its store record. Pruned once more than DELETED_KEPT are held.
 DELETED_FOR_S = 600.0
 DELETED_KEPT = 10_000
@@ -80,15 +81,11 @@ def _job(obj: dict[str, Any]) -> str:
 def _actors(old: dict[str, Any] | None, new: dict[str, Any]) -> set[str]:
     """The replicas that acted in this change of a run: each attempt added names its own replica,
     and a run that became Skipped names the replica that skipped it."""
-    before, after = (old or {}).get("status") or {}, new.get("status") or {}
-    known = {(a.get("attempt"), a.get("instance")) for a in before.get("attempts") or []}
-    actors = {
-        str(a["instance"])
-        for a in after.get("attempts") or []
-        if a.get("instance") and (a.get("attempt"), a.get("instance")) not in known
-    }
-    if after.get("phase") == "Skipped" and before.get("phase") != "Skipped" and after.get("instance"):
-        actors.add(str(after["instance"]))
+    before, after = RunStatus.of((old or {}).get("status")), RunStatus.of(new.get("status"))
+    known = {(a.attempt, a.instance) for a in before.attempts}
+    actors = {a.instance for a in after.attempts if a.instance and (a.attempt, a.instance) not in known}
+    if after.phase is RunState.SKIPPED and before.phase is not RunState.SKIPPED and after.instance:
+        actors.add(after.instance)
     return actors
 
 
@@ -216,8 +213,8 @@ class RunCache(ScopedWatch):
         if written is not None and _version(written[0]) == _version(obj):
             del self._written[key]  # delivered: from now on the watch's copy is as new
         now = time.monotonic()
-        if instance := (obj.get("status") or {}).get("instance"):
-            self._heard[str(instance)] = now
+        if instance := RunStatus.of(obj.get("status")).instance:
+            self._heard[instance] = now
         for actor in _actors(self._runs.get(key), obj):
             self._acted.pop(actor, None)  # to the end: the dict is kept in the order of last acts
             self._acted[actor] = now
