@@ -63,8 +63,8 @@ for _path in (ROOT, ROOT / "operator", ROOT / "e2e" / "controlplane"):
         sys.path.insert(0, str(_path))
 
 from controlplane import ControlPlane  # noqa: E402 - after the path set-up
-from tests.k8s.fixtures import wait_established  # noqa: E402
-from tests.operator.conftest import Replicas  # noqa: E402
+from tests.harness.cluster import Replicas  # noqa: E402
+from tests.harness.controlplane import wait_established  # noqa: E402
 
 from anarchon.kube.constants import LABEL_JOB, LABEL_SLOT  # noqa: E402
 

@@ -42,9 +42,9 @@ for _path in (ROOT, ROOT / "operator", ROOT / "e2e" / "controlplane"):
         sys.path.insert(0, str(_path))
 
 from controlplane import ControlPlane  # noqa: E402 - after the path set-up
-from tests.k8s.fixtures import fresh_namespace, wait_established  # noqa: E402
-from tests.ui.conftest import UiServer, chromium  # noqa: E402
+from tests.harness.controlplane import fresh_namespace, wait_established  # noqa: E402
 from tests.ui.fake import create_all, fake_run, mixed_phase  # noqa: E402
+from tests.ui.uilib import UiServer, chromium  # noqa: E402
 
 from anarchon.cli.records import job_record  # noqa: E402
 from anarchon.kube.client import connect  # noqa: E402

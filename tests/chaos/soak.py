@@ -39,7 +39,7 @@ from anarchon.kube.client import Kube, connect, path
 from anarchon.kube.constants import RUNS
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.faults.toxiproxy import StoreProxy
-from tests.operator.conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
 

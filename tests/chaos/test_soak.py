@@ -25,7 +25,7 @@ import pytest
 
 from tests.faults.apiproxy import ApiFaultProxy
 from tests.faults.toxiproxy import Toxiproxy
-from tests.operator.conftest import Cluster, Replicas
+from tests.harness.cluster import Cluster, Replicas
 from tests.servers.postgres import PostgresServer
 from tests.servers.postgres import start_or_fail as start_postgres_or_fail
 from tests.servers.redis import RedisServer

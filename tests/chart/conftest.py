@@ -1,21 +1,20 @@
 """Fixtures for the chart, examples and RBAC tests.
 
-They share the real test control plane of ``tests/k8s`` (see e2e/controlplane/README.md): the
-``control_plane`` and ``namespace`` fixtures come from the root conftest.
+They share the harness's control plane (tests/harness, e2e/controlplane/README.md): ``crds_installed`` adds
+the Prometheus Operator's CRDs, for the chart's monitoring objects, to the project's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from controlplane import ControlPlane
 
-from tests.chart.chartlib import CRDS, kubeconform_schemas
-from tests.k8s.fixtures import wait_established
+from tests.chart.chartlib import kubeconform_schemas
+from tests.harness.controlplane import wait_established
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -29,26 +28,18 @@ _CUSTOM_KINDS = {
 
 
 @pytest.fixture(scope="session")
-def crds_installed(control_plane: ControlPlane) -> ControlPlane:
-    """The project's CRDs (from crds/, the one source of truth) and Prometheus Operator stand-ins, Established."""
-    control_plane.kubectl(
+def crds_installed(crds: ControlPlane) -> ControlPlane:
+    """The project's CRDs (the harness's ``crds``) and Prometheus Operator stand-ins, Established."""
+    crds.kubectl(
         "apply",
         "--server-side",
-        "-f",
-        str(CRDS),
         "-f",
         str(FIXTURES / "servicemonitor-crd.yaml"),
         "-f",
         str(FIXTURES / "prometheusrule-crd.yaml"),
     )
-    wait_established(
-        control_plane,
-        "anarchonjobs.anarchon.io",
-        "anarchonruns.anarchon.io",
-        "servicemonitors.monitoring.coreos.com",
-        "prometheusrules.monitoring.coreos.com",
-    )
-    return control_plane
+    wait_established(crds, "servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+    return crds
 
 
 @pytest.fixture(scope="session")
@@ -71,9 +62,3 @@ def schema_dir(crds_installed: ControlPlane, tmp_path_factory: pytest.TempPathFa
     written = kubeconform_schemas(doc, dest)
     assert "deployment-apps-v1.json" in written and "anarchonjob-anarchon-v1alpha1.json" in written
     return dest
-
-
-@pytest.fixture
-def cluster(crds_installed: ControlPlane) -> Iterator[ControlPlane]:
-    """The control plane with the CRDs installed (a shorter name for tests)."""
-    yield crds_installed

@@ -446,13 +446,13 @@ def test_invalid_values_are_rejected_with_a_reason(values: dict[str, Any], messa
     assert message in res.stderr, res.stderr
 
 
-def test_notes_say_what_to_do_next(cluster: ControlPlane) -> None:
+def test_notes_say_what_to_do_next(crds_installed: ControlPlane) -> None:
     """NOTES.txt, as `helm install` prints it (a server-side dry run against the test control plane)."""
 
     def notes(namespace: str, *extra: str) -> str:
         res = helm(
             "install", "anarchon", str(CHART), "--namespace", namespace, "--dry-run=server",
-            "--kubeconfig", str(cluster.kubeconfig), *extra,
+            "--kubeconfig", str(crds_installed.kubeconfig), *extra,
         )  # fmt: skip
         return res.stdout.split("NOTES:", 1)[1]
 
@@ -467,13 +467,13 @@ def test_notes_say_what_to_do_next(cluster: ControlPlane) -> None:
     assert "WARNING" not in text
 
 
-def test_notes_warn_when_the_bundled_redis_forgets_claims(cluster: ControlPlane) -> None:
+def test_notes_warn_when_the_bundled_redis_forgets_claims(crds_installed: ControlPlane) -> None:
     """Without persistence a Redis restart loses every claim and lease: NOTES.txt says so, loudly."""
 
     def notes(values_file: str) -> str:
         res = helm(
             "install", "anarchon", str(CHART), "--namespace", "anarchon-system", "--dry-run=server",
-            "--kubeconfig", str(cluster.kubeconfig), "--values", str(CHART / "ci" / values_file),
+            "--kubeconfig", str(crds_installed.kubeconfig), "--values", str(CHART / "ci" / values_file),
         )  # fmt: skip
         return " ".join(res.stdout.split("NOTES:", 1)[1].split())  # one line: the wording may wrap anywhere
 
@@ -520,39 +520,41 @@ def test_kubeconform_catches_a_broken_manifest(schema_dir: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_server_side_dry_run_of_rendered_manifests(variant: str, cluster: ControlPlane, tmp_path: Path) -> None:
+def test_server_side_dry_run_of_rendered_manifests(variant: str, crds_installed: ControlPlane, tmp_path: Path) -> None:
     """The API server itself (admission, defaulting, CRD and CEL validation) accepts everything the chart renders."""
     ns = f"dry-{variant}"
     for n in (ns, "team-a", "team-b"):
-        cluster.kubectl("create", "namespace", n, check=False)
+        crds_installed.kubectl("create", "namespace", n, check=False)
     f = tmp_path / f"{variant}.yaml"
     f.write_text(render(VARIANTS[variant], namespace=ns).stdout)
-    res = cluster.kubectl("apply", "--dry-run=server", "-f", str(f))  # every object names its namespace
+    res = crds_installed.kubectl("apply", "--dry-run=server", "-f", str(f))  # every object names its namespace
     applied = [line for line in res.stdout.splitlines() if "(server dry run)" in line]
     assert len(applied) == len(manifests(f.read_text())), res.stdout
 
 
-def test_server_rejects_what_schema_does_not_allow(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_server_rejects_what_schema_does_not_allow(crds_installed: ControlPlane, tmp_path: Path) -> None:
     """Sanity check of the dry-run: a broken Deployment is refused by the API server."""
     docs = rendered()
     dep = one(docs, "Deployment")
     dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = 70000
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(dep))
-    cluster.kubectl("create", "namespace", "anarchon-system", check=False)
-    res = cluster.kubectl("apply", "--dry-run=server", "-n", "anarchon-system", "-f", str(f), check=False)
+    crds_installed.kubectl("create", "namespace", "anarchon-system", check=False)
+    res = crds_installed.kubectl("apply", "--dry-run=server", "-n", "anarchon-system", "-f", str(f), check=False)
     assert res.returncode != 0 and "containerPort" in res.stderr, res.stderr
 
 
-def test_installed_chart_runs_three_replicas_on_three_nodes(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_installed_chart_runs_three_replicas_on_three_nodes(crds_installed: ControlPlane, tmp_path: Path) -> None:
     """Really apply the chart (no dry-run): the scheduler spreads the 3 replicas over the 3 fake nodes.
 
     KWOK plays the kubelet; the annotation keeps its fake containers Running. The secret the pods
     read is created too, so that nothing is left pending on configuration.
     """
     ns = "spread"
-    cluster.kubectl("create", "namespace", ns, check=False)
-    cluster.kubectl("-n", ns, "create", "secret", "generic", "anarchon-store", "--from-literal=url=redis://x:6379/0")
+    crds_installed.kubectl("create", "namespace", ns, check=False)
+    crds_installed.kubectl(
+        "-n", ns, "create", "secret", "generic", "anarchon-store", "--from-literal=url=redis://x:6379/0"
+    )
     f = tmp_path / "install.yaml"
     f.write_text(
         render(
@@ -561,9 +563,9 @@ def test_installed_chart_runs_three_replicas_on_three_nodes(cluster: ControlPlan
             release="spread",
         ).stdout
     )
-    cluster.kubectl("apply", "-n", ns, "-f", str(f))
+    crds_installed.kubectl("apply", "-n", ns, "-f", str(f))
     try:
-        cluster.kubectl(
+        crds_installed.kubectl(
             "-n",
             ns,
             "wait",
@@ -574,10 +576,12 @@ def test_installed_chart_runs_three_replicas_on_three_nodes(cluster: ControlPlan
             "--timeout=60s",
         )
         pods = json.loads(
-            cluster.kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=operator", "-o", "json").stdout
+            crds_installed.kubectl(
+                "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=operator", "-o", "json"
+            ).stdout
         )["items"]
         assert len(pods) == 3
-        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(cluster.nodes)
+        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(crds_installed.nodes)
         assert all(p["spec"]["serviceAccountName"] == "spread-anarchon" for p in pods)
     finally:
-        cluster.kubectl("delete", "-n", ns, "-f", str(f), "--wait=false", check=False)
+        crds_installed.kubectl("delete", "-n", ns, "-f", str(f), "--wait=false", check=False)

@@ -180,14 +180,14 @@ def workdir(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("block", [b for b in ALL if _runnable(b)], ids=lambda b: b[0].where)
 def test_the_docs_commands_run_as_shown(
-    block: list[Command], workdir: Path, cluster: ControlPlane, namespace: str
+    block: list[Command], workdir: Path, crds_installed: ControlPlane, namespace: str
 ) -> None:
     for command in block:
         if command.words[0] == "cat" and command.shown is not None:
             (workdir / command.words[1]).write_text(command.shown + "\n")
         if command.key not in RUN:
             continue  # excluded, or unknown (test_every_command_is_run_or_excluded says so)
-        res = _run(command, workdir, cluster, namespace)
+        res = _run(command, workdir, crds_installed, namespace)
         said = (res.stdout + res.stderr).rstrip("\n")
         if command.shown is not None:
             assert said == command.shown, f"{command.where}: {shlex.join(command.words)} says:\n{said}"
@@ -195,9 +195,9 @@ def test_the_docs_commands_run_as_shown(
             assert res.returncode == 0, f"{command.where}: {shlex.join(command.words)} exited {res.returncode}:\n{said}"
 
 
-def _run(command: Command, cwd: Path, cluster: ControlPlane, namespace: str) -> subprocess.CompletedProcess[str]:
+def _run(command: Command, cwd: Path, crds_installed: ControlPlane, namespace: str) -> subprocess.CompletedProcess[str]:
     words = list(command.words)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "operator"), "KUBECONFIG": str(cluster.kubeconfig)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator"), "KUBECONFIG": str(crds_installed.kubeconfig)}
     if words[0] == "anarchon":
         words = [sys.executable, "-m", "anarchon", *words[1:]]
     elif words[0] == "helm":

@@ -49,23 +49,23 @@ def test_examples_show_their_scenarios() -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_example_is_accepted_by_the_api_server(path: Path, cluster: ControlPlane, namespace: str) -> None:
-    res = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+def test_example_is_accepted_by_the_api_server(path: Path, crds_installed: ControlPlane, namespace: str) -> None:
+    res = crds_installed.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
     assert "(server dry run)" in res.stdout
     # Really create it, and read it back with the CRD's defaults applied.
-    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    crds_installed.kubectl("apply", "-n", namespace, "-f", str(path))
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
-    stored = json.loads(cluster.kubectl("get", "anarchonjob", name, "-n", namespace, "-o", "json").stdout)
+    stored = json.loads(crds_installed.kubectl("get", "anarchonjob", name, "-n", namespace, "-o", "json").stdout)
     assert stored["spec"]["timeZone"]  # defaulted (UTC) or given
     assert stored["spec"]["maxAttempts"] >= 1
-    cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)
+    crds_installed.kubectl("delete", "anarchonjob", name, "-n", namespace)
 
 
-def test_a_broken_example_is_refused(cluster: ControlPlane, namespace: str) -> None:
+def test_a_broken_example_is_refused(crds_installed: ControlPlane, namespace: str) -> None:
     """The check above can fail: both every and cron set is refused by the CRD's CEL rule."""
     job = yaml.safe_load((EXAMPLES / "every-10s.yaml").read_text())
     job["spec"]["cron"] = "* * * * *"
-    res = cluster.kubectl(
+    res = crds_installed.kubectl(
         "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(job), check=False
     )
     assert res.returncode != 0

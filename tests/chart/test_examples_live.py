@@ -3,76 +3,46 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import pytest
 import yaml
-from controlplane import ControlPlane
 
-from tests.chart.chartlib import EXAMPLES, operator_process
-
-
-@contextlib.contextmanager
-def replicas(cp: ControlPlane, ns: str, tmp: Path, *names: str) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    """Operator replicas watching ``ns``, sharing one SQLite store (a lease store: takeover, overlap)."""
-    with contextlib.ExitStack() as stack:
-        procs = {
-            name: stack.enter_context(
-                operator_process(
-                    cp.kubeconfig,
-                    tmp / f"{name}.log",
-                    f"--namespace={ns}",
-                    f"--store=sqlite:///{tmp}/store.db",
-                    f"--instance-id={name}",
-                )
-            )
-            for name in names
-        }
-        yield procs
+from tests.chart.chartlib import EXAMPLES
+from tests.harness.cluster import Cluster, Replicas
+from tests.harness.until import until
 
 
-def runs_of(cp: ControlPlane, ns: str, job: str) -> list[dict[str, Any]]:
-    out = cp.kubectl("get", "anarchonruns", "-n", ns, "-l", f"anarchon.io/job={job}", "-o", "json").stdout
-    return list(json.loads(out)["items"])
+def replicas(factory: Callable[[str], Replicas], tmp: Path, *names: str) -> Replicas:
+    """Operator replicas sharing one SQLite store (a lease store: takeover, overlap)."""
+    started = factory(f"sqlite://{tmp}/store.db")
+    for name in names:
+        started.start(name)
+    return started
 
 
-def wait_for(what: str, check: Any, timeout: float, logs: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"== {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
-        time.sleep(0.5)
+def tails(replicas: Replicas) -> str:
+    """The end of each replica's log, for a failure's message."""
+    return "\n".join(f"== {name}\n{replicas.log(name)[-1500:]}" for name in sorted(replicas.procs))
 
 
 def test_cron_timezone_next_run_is_0830_paris_on_a_weekday(
-    cluster: ControlPlane, namespace: str, tmp_path: Path
+    cluster: Cluster, replicas_factory: Callable[[str], Replicas], tmp_path: Path
 ) -> None:
     path = EXAMPLES / "cron-timezone.yaml"
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
-    with replicas(cluster, namespace, tmp_path, "replica-a"):
-        applied = datetime.now(UTC)
-        cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    started = replicas(replicas_factory, tmp_path, "replica-a")
+    applied = datetime.now(UTC)
+    cluster.kubectl("apply", "-f", str(path))
 
-        def status() -> dict[str, Any] | None:
-            job = json.loads(cluster.kubectl("get", "anarchonjob", name, "-n", namespace, "-o", "json").stdout)
-            st: dict[str, Any] = job.get("status") or {}
-            return st if st.get("nextScheduleTime") else None
+    def status() -> dict[str, Any] | None:
+        st: dict[str, Any] = cluster.get("anarchonjob", name).get("status") or {}
+        return st if st.get("nextScheduleTime") else None
 
-        st = wait_for("status.nextScheduleTime", status, 60, tmp_path)
+    st = until("status.nextScheduleTime", status, timeout=60, detail=lambda: tails(started))
     paris = ZoneInfo("Europe/Paris")
     got = datetime.fromisoformat(st["nextScheduleTime"].replace("Z", "+00:00")).astimezone(paris)
     assert (got.hour, got.minute, got.second) == (8, 30, 0) and got.weekday() < 5, got
@@ -94,76 +64,79 @@ def test_cron_timezone_next_run_is_0830_paris_on_a_weekday(
 
 
 def test_forbid_overlap_skips_slots_while_a_run_is_active(
-    cluster: ControlPlane, namespace: str, tmp_path: Path
+    cluster: Cluster, replicas_factory: Callable[[str], Replicas], tmp_path: Path
 ) -> None:
     path = EXAMPLES / "forbid-overlap.yaml"
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
     most_running = 0
-    with replicas(cluster, namespace, tmp_path, "replica-a", "replica-b"):
-        cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    started = replicas(replicas_factory, tmp_path, "replica-a", "replica-b")
+    cluster.kubectl("apply", "-f", str(path))
 
-        def skipped() -> list[dict[str, Any]]:
-            nonlocal most_running
-            runs = runs_of(cluster, namespace, name)
-            most_running = max(most_running, sum(r.get("status", {}).get("phase") == "Running" for r in runs))
-            return [r for r in runs if r.get("status", {}).get("phase") == "Skipped"]
+    def skipped() -> list[dict[str, Any]]:
+        nonlocal most_running
+        runs = cluster.runs(name)
+        most_running = max(most_running, sum(r.get("status", {}).get("phase") == "Running" for r in runs))
+        return [r for r in runs if r.get("status", {}).get("phase") == "Skipped"]
 
-        wait_for("a Skipped run of no-overlap", skipped, 75, tmp_path)
-        cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)
+    until("a Skipped run of no-overlap", skipped, timeout=75, detail=lambda: tails(started))
+    cluster.kubectl("delete", "anarchonjob", name)
     assert most_running == 1, "overlap: Skip, yet two runs were Running at once"
 
 
-def test_long_takeover_moves_the_run_to_another_replica(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
+def test_long_takeover_moves_the_run_to_another_replica(
+    cluster: Cluster, replicas_factory: Callable[[str], Replicas], tmp_path: Path
+) -> None:
     path = EXAMPLES / "long-takeover.yaml"
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
-    with replicas(cluster, namespace, tmp_path, "replica-a", "replica-b", "replica-c") as procs:
-        cluster.kubectl("apply", "-n", namespace, "-f", str(path))
-        # Its slots are 5 minutes apart: ask for a run now, as `anarchon trigger` does.
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-        cluster.kubectl("annotate", "--overwrite", "anarchonjob", name, "-n", namespace, f"anarchon.io/trigger={now}")
+    started = replicas(replicas_factory, tmp_path, "replica-a", "replica-b", "replica-c")
+    cluster.kubectl("apply", "-f", str(path))
+    # Its slots are 5 minutes apart: ask for a run now, as `anarchon trigger` does.
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    cluster.kubectl("annotate", "--overwrite", "anarchonjob", name, f"anarchon.io/trigger={now}")
 
-        def running() -> dict[str, Any] | None:
-            for r in runs_of(cluster, namespace, name):
-                st = r.get("status", {})
-                if st.get("phase") == "Running" and st.get("instance"):
-                    return r
-            return None
+    def running() -> dict[str, Any] | None:
+        for r in cluster.runs(name):
+            st = r.get("status", {})
+            if st.get("phase") == "Running" and st.get("instance"):
+                return r
+        return None
 
-        run = wait_for("a Running run of long-takeover", running, 60, tmp_path)
-        victim = run["status"]["instance"]
-        assert run["status"]["attempt"] == 1
-        os.killpg(procs[victim].pid, signal.SIGKILL)  # a crash: no hand-over, the heartbeats just stop
-        run_name = run["metadata"]["name"]
+    run = until("a Running run of long-takeover", running, timeout=60, detail=lambda: tails(started))
+    victim = run["status"]["instance"]
+    assert run["status"]["attempt"] == 1
+    started.kill(victim)  # a crash: no hand-over, the heartbeats just stop
+    run_name = run["metadata"]["name"]
 
-        def taken_over() -> dict[str, Any] | None:
-            out = cluster.kubectl("get", "anarchonrun", run_name, "-n", namespace, "-o", "json").stdout
-            st = json.loads(out).get("status", {})
-            return st if st.get("instance") not in (None, "", victim) else None
+    def taken_over() -> dict[str, Any] | None:
+        st = cluster.get("anarchonrun", run_name).get("status", {})
+        return st if st.get("instance") not in (None, "", victim) else None
 
-        st = wait_for(f"another replica than {victim} to take {run_name} over", taken_over, 60, tmp_path)
-        assert st["attempt"] >= 2, st
-        assert st["phase"] in ("Claimed", "Running"), st
-        cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)
+    st = until(f"another replica than {victim} to take {run_name} over", taken_over, detail=lambda: tails(started))
+    assert st["attempt"] >= 2, st
+    assert st["phase"] in ("Claimed", "Running"), st
+    cluster.kubectl("delete", "anarchonjob", name)
 
 
-def test_retry_flaky_succeeds_on_its_third_try(cluster: ControlPlane, namespace: str, tmp_path: Path) -> None:
+def test_retry_flaky_succeeds_on_its_third_try(
+    cluster: Cluster, replicas_factory: Callable[[str], Replicas], tmp_path: Path
+) -> None:
     path = EXAMPLES / "retry-flaky.yaml"
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
-    with replicas(cluster, namespace, tmp_path, "replica-a", "replica-b"):
-        cluster.kubectl("apply", "-n", namespace, "-f", str(path))
-        # Its slots are a minute apart: ask for a run now, as `anarchon trigger` does.
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-        cluster.kubectl("annotate", "--overwrite", "anarchonjob", name, "-n", namespace, f"anarchon.io/trigger={now}")
+    started = replicas(replicas_factory, tmp_path, "replica-a", "replica-b")
+    cluster.kubectl("apply", "-f", str(path))
+    # Its slots are a minute apart: ask for a run now, as `anarchon trigger` does.
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    cluster.kubectl("annotate", "--overwrite", "anarchonjob", name, f"anarchon.io/trigger={now}")
 
-        def succeeded() -> dict[str, Any] | None:
-            for r in runs_of(cluster, namespace, name):
-                if r.get("status", {}).get("phase") == "Succeeded":
-                    return r
-            return None
+    def succeeded() -> dict[str, Any] | None:
+        for r in cluster.runs(name):
+            if r.get("status", {}).get("phase") == "Succeeded":
+                return r
+        return None
 
-        # Two failed tries of 2 s, backoffs of 5 s and 10 s, a third try of 2 s: about 20 s.
-        run = wait_for("a Succeeded run of flaky", succeeded, 90, tmp_path)
-        st = run["status"]
-        assert st["try"] == 3 and [t["outcome"] for t in st["tries"]] == ["Failed", "Failed", "Succeeded"], st
-        assert st["podName"] == f"{run['metadata']['name']}-r2"
-        cluster.kubectl("delete", "anarchonjob", name, "-n", namespace)
+    # Two failed tries of 2 s, backoffs of 5 s and 10 s, a third try of 2 s: about 20 s.
+    run = until("a Succeeded run of flaky", succeeded, timeout=90, detail=lambda: tails(started))
+    st = run["status"]
+    assert st["try"] == 3 and [t["outcome"] for t in st["tries"]] == ["Failed", "Failed", "Succeeded"], st
+    assert st["podName"] == f"{run['metadata']['name']}-r2"
+    cluster.kubectl("delete", "anarchonjob", name)

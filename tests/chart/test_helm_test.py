@@ -71,7 +71,7 @@ def check(url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *c["command"][1:]], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_hook_script_passes_only_on_a_ready_replica(cluster: ControlPlane, tmp_path: Path) -> None:
+def test_hook_script_passes_only_on_a_ready_replica(crds_installed: ControlPlane, tmp_path: Path) -> None:
     nobody = f"http://127.0.0.1:{free_port()}/readyz"
     res = check(nobody)
     assert res.returncode != 0 and "refused" in res.stderr.lower(), res.stderr
@@ -80,7 +80,7 @@ def test_hook_script_passes_only_on_a_ready_replica(cluster: ControlPlane, tmp_p
     store_down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: the replica waits, unready
     with (
         operator_process(
-            cluster.kubeconfig,
+            crds_installed.kubeconfig,
             tmp_path / "ready.log",
             "--all-namespaces",
             f"--store=sqlite:///{tmp_path}/h.db",
@@ -88,7 +88,7 @@ def test_hook_script_passes_only_on_a_ready_replica(cluster: ControlPlane, tmp_p
             f"--health-port={ready_port}",
         ),
         operator_process(
-            cluster.kubeconfig,
+            crds_installed.kubeconfig,
             tmp_path / "unready.log",
             "--all-namespaces",
             f"--store={store_down}",

@@ -3,7 +3,7 @@
 Each alert is checked as ``promtool check rules`` checks it (Prometheus' own packages, see
 monitoring.py), each dashboard query is parsed as Prometheus parses it, and every metric either
 reads must be one the operator serves. That last check runs here against the operator's own
-registry (what /metrics serves) and again in tests/operator/test_metrics.py against a live replica.
+registry (what /metrics serves) and again in tests/operator/test_metrics_after_runs.py against a live replica.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import yaml
 from controlplane import ControlPlane
 
 from tests.chart.chartlib import Manifest, manifests, operator_process, render
+from tests.harness.until import until
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
@@ -127,10 +127,10 @@ def install_rbac(cp: ControlPlane, release_ns: str, release: str, values: dict[s
 
 def make_namespace(cp: ControlPlane, name: str) -> str:
     cp.kubectl("create", "namespace", name, check=False)
-    deadline = time.monotonic() + 60
-    while cp.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
-        assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
-        time.sleep(0.1)
+    until(
+        f"the default ServiceAccount in {name}",
+        lambda: cp.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+    )
     return name
 
 
@@ -284,17 +284,13 @@ spec:
 def wait_for_succeeded_runs(
     cp: ControlPlane, ns: str, count: int, proc: subprocess.Popen[bytes], log: Path
 ) -> list[Any]:
-    deadline = time.monotonic() + 60
-    while True:
+    def succeeded() -> list[Any]:
         assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
         out = cp.kubectl("get", "anarchonruns", "-n", ns, "-o", "json").stdout
         runs = [r for r in json.loads(out)["items"] if r.get("status", {}).get("phase") == "Succeeded"]
-        if len(runs) >= count:
-            return runs
-        assert time.monotonic() < deadline, (
-            f"fewer than {count} runs succeeded in 60s:\n{out}\n{log.read_text()[-4000:]}"
-        )
-        time.sleep(0.5)
+        return runs if len(runs) >= count else []
+
+    return until(f"{count} runs to succeed", succeeded, detail=lambda: log.read_text()[-4000:])
 
 
 def assert_no_forbidden(log: Path) -> None:

@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import ok, ok_json, one_line_error, run_cli
+from tests.harness.cli import ok, ok_json, one_line_error, run_cli
+from tests.harness.cluster import Cluster, job_manifest
 
 ProxiedCli = Callable[..., subprocess.CompletedProcess[str]]
 JOBS = {"resource": "anarchonjobs"}

@@ -7,9 +7,9 @@ from itertools import pairwise
 
 from anarchon.kube.spec import run_name, slot_time
 from anarchon.kube.triggers import pending_requests
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, one_line_error
+from tests.harness.cli import Cli, ok, one_line_error
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def test_backfill_runs_each_slot_once(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
@@ -68,10 +68,10 @@ def test_overlap_job_leaves_it_to_the_job_policy(cluster: Cluster, replicas_fact
         f"slot {slot_time(last - 10_000)}: decided by the replicas ({run_name('slow', last - 10_000)})",
         f"slot {slot_time(last)}: decided by the replicas ({run_name('slow', last)})",
     ]
-    cluster.wait(
+    until(
+        "the first slot running, the second Skipped",
         lambda: [(r.get("status") or {}).get("phase") for r in cluster.runs("slow")] == ["Running", "Skipped"],
         timeout=60,
-        what="the first slot running, the second Skipped",
     )
 
 
@@ -94,12 +94,12 @@ def test_backfilled_runs_are_kept_by_when_they_ran(cluster: Cluster, replicas_fa
 
     for slot in recent[:2]:
         ok(cli("trigger", "full", "--at", str(slot)))
-    cluster.wait(lambda: kept() == recent[:2], timeout=60, what="the history full of recent runs")
+    until("the history full of recent runs", lambda: kept() == recent[:2], timeout=60)
     res = cli("backfill", "full", "--from", slot_time(old[0]), "--to", slot_time(old[1]), timeout=120)
     assert res.returncode == 0 and res.stdout.splitlines()[-1] == "done: 2 Succeeded", (res.stdout, res.stderr)
-    cluster.wait(lambda: kept() == old, timeout=30, what="the backfilled runs kept, the older recent ones not")
+    until("the backfilled runs kept, the older recent ones not", lambda: kept() == old, timeout=30)
     ok(cli("trigger", "full", "--at", str(recent[2]), "--wait", timeout=120))
-    cluster.wait(lambda: kept() == [old[1], recent[2]], timeout=30, what="the first backfilled run pushed out")
+    until("the first backfilled run pushed out", lambda: kept() == [old[1], recent[2]], timeout=30)
 
 
 def test_backfill_refuses_unbounded_and_future_ranges(cluster: Cluster, cli: Cli) -> None:

@@ -2,7 +2,7 @@
 a run that has ended is left as it is.
 
 No replica runs here: the CLI's part is the request (what the replica then does is
-tests/operator/test_cancel.py). The runs are written as a replica leaves them.
+tests/operator/test_cancelled_runs.py). The runs are written as a replica leaves them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from anarchon.kube.spec import run_name
-from tests.operator.conftest import Cluster
-
-from .conftest import REPO, Cli, ok, one_line_error, run_cli
+from tests.harness.cli import Cli, ok, one_line_error, run_cli
+from tests.harness.cluster import Cluster
+from tests.harness.controlplane import REPO
+from tests.harness.until import until
 
 SLOT = int(datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp() * 1000)
 
@@ -121,7 +122,7 @@ def test_wait_follows_the_run_to_its_end_and_exits_0_only_if_it_was_cancelled(
             env=env,
         )
         asked = lambda run=name: "anarchon.io/cancel" in (_meta(cluster, run).get("annotations") or {})  # noqa: E731
-        cluster.wait(asked, what="the ask")
+        until("the ask", asked, timeout=90)
         _write_status(cluster, name, {**RUNNING, **end})  # as the run's replica would end it
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == code, (out, err)

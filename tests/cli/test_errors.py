@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from tests.faults.apiproxy import ApiFaultProxy
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import REPO, ok, one_line_error, run_cli
+from tests.harness.cli import ok, one_line_error, run_cli
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.controlplane import REPO
 
 #: One call of every verb that talks to the API server (the operator aside: it retries by design).
 VERBS = [

@@ -8,9 +8,9 @@ import yaml
 
 from anarchon.engine.schedule import cron
 from anarchon.kube.spec import slot_time
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json, one_line_error
+from tests.harness.cli import Cli, ok, ok_json, one_line_error
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def test_get_shows_conditions_recent_runs_and_next_times(cluster: Cluster, replicas_factory, cli: Cli, tmp_path):
@@ -20,7 +20,7 @@ def test_get_shows_conditions_recent_runs_and_next_times(cluster: Cluster, repli
         job_manifest("nightly", cron="30 2 * * *", tz="Europe/Paris", annotations={"anarchon.test/exit-code": "3"})
     )
     cluster.trigger_running("nightly")
-    cluster.wait(lambda: cluster.phases("nightly")["Failed"] == 1, timeout=60, what="the run to fail")
+    until("the run to fail", lambda: cluster.phases("nightly")["Failed"] == 1, timeout=60)
 
     before = time.time_ns() // 1_000_000
     job = ok_json(cli("get", "nightly", "-o", "json", "--next", "4"))

@@ -9,9 +9,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import REPO
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.controlplane import REPO
 
 
 def test_kubectl_runs_the_cli_as_a_plugin(cluster: Cluster, control_plane: Any, tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import yaml
 
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import REPO, ok, one_line_error, run_cli
+from tests.harness.cli import ok, one_line_error, run_cli
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.controlplane import REPO
+from tests.harness.until import until
 
 
 def write(path: Path, *docs: object) -> Path:
@@ -77,7 +78,7 @@ def test_lint_says_what_the_operator_says(cluster: Cluster, replicas_factory, tm
         conditions = ((cluster.get("anarchonjob", "never") or {}).get("status") or {}).get("conditions") or []
         return next((c["message"] for c in conditions if c["type"] == "Invalid" and c["status"] == "True"), None)
 
-    assert cluster.wait(invalid, timeout=60, what="the Invalid condition") == "; ".join(linted["problems"])
+    assert until("the Invalid condition", invalid, timeout=60) == "; ".join(linted["problems"])
 
 
 def test_cron_shorthands(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import yaml
 
 from anarchon.engine.schedule import every
 from anarchon.kube.spec import slot_time
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json
+from tests.harness.cli import Cli, ok, ok_json
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -31,7 +31,7 @@ def test_list_shows_schedule_suspension_active_last_and_next(cluster: Cluster, r
         return by_name(ok_json(cli("list", "-o", "json")))
 
     before = time.time_ns() // 1_000_000
-    jobs = cluster.wait(lambda: (j := listed())["hourly"]["active"] == 1 and j, timeout=60, what="hourly active")
+    jobs = until("hourly active", lambda: (j := listed())["hourly"]["active"] == 1 and j, timeout=60)
     after = time.time_ns() // 1_000_000
     hourly = jobs["hourly"]
     assert hourly["schedule"] == "every 1h" and hourly["timeZone"] == "UTC"

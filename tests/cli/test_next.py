@@ -8,9 +8,8 @@ from pathlib import Path
 import yaml
 
 from anarchon.engine.schedule import every
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json, one_line_error, run_cli
+from tests.harness.cli import Cli, ok, ok_json, one_line_error, run_cli
+from tests.harness.cluster import Cluster, job_manifest
 
 
 def job_file(tmp_path: Path, name: str, **spec: str) -> Path:

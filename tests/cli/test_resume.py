@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json, one_line_error
+from tests.harness.cli import Cli, ok, ok_json, one_line_error
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def test_resume_runs_the_schedule_again(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
@@ -22,7 +22,7 @@ def test_resume_runs_the_schedule_again(cluster: Cluster, replicas_factory, cli:
     assert "anarchon.io/suspend-reason" not in (job["metadata"].get("annotations") or {})
     (listed,) = ok_json(cli("list", "-o", "json"))
     assert listed["suspended"] is False and listed["suspendReason"] is None and listed["nextScheduleTime"]
-    cluster.wait(lambda: cluster.phases("later")["Succeeded"] >= 1, timeout=60, what="a scheduled run")
+    until("a scheduled run", lambda: cluster.phases("later")["Succeeded"] >= 1, timeout=60)
 
 
 def test_resume_of_a_missing_job(cluster: Cluster, cli: Cli) -> None:

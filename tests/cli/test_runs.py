@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import signal
 
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json, one_line_error
+from tests.harness.cli import Cli, ok, ok_json, one_line_error
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def test_runs_shows_attempts_instances_and_outcome(cluster: Cluster, replicas_factory, cli: Cli, tmp_path) -> None:
@@ -23,7 +23,7 @@ def test_runs_shows_attempts_instances_and_outcome(cluster: Cluster, replicas_fa
     assert [a["instance"] for a in open_run["attempts"]] == [runner]
 
     replicas.kill(runner, signal.SIGKILL)  # the backup adopts the Pod after the lease
-    cluster.wait(lambda: cluster.phases("relay")["Succeeded"] == 1, timeout=90, what="the adopted run to succeed")
+    until("the adopted run to succeed", lambda: cluster.phases("relay")["Succeeded"] == 1, timeout=90)
 
     (done,) = ok_json(cli("runs", "relay", "-o", "json"))
     assert done["name"] == run["metadata"]["name"] and done["slotTime"] == "2027-01-15T08:00:00Z"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import time
 
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json, one_line_error
+from tests.harness.cli import Cli, ok, ok_json, one_line_error
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def test_suspend_stops_the_schedule_and_shows_the_reason(cluster: Cluster, replicas_factory, cli: Cli, tmp_path):
     replicas_factory(f"sqlite://{tmp_path / 'store.db'}").start("replica-a")
     cluster.apply(job_manifest("busy", every="2s", successfulRunsHistoryLimit=50))
-    cluster.wait(lambda: cluster.phases("busy")["Succeeded"] >= 1, timeout=60, what="a first run")
+    until("a first run", lambda: cluster.phases("busy")["Succeeded"] >= 1, timeout=60)
 
     assert ok(cli("suspend", "busy", "--reason", "  database\nmigration ")).strip() == (
         f"anarchonjob {cluster.namespace}/busy suspended: database migration"
@@ -30,12 +30,12 @@ def test_suspend_stops_the_schedule_and_shows_the_reason(cluster: Cluster, repli
 
     # The replica obeys: after its next look at the job, no slot later than the suspension runs
     # (a slot claimed just before it, within a period and a jitter, may still start).
-    cluster.wait(
+    until(
+        "the Suspended condition",
         lambda: any(
             c["reason"] == "Suspended" for c in (cluster.get("anarchonjob", "busy")["status"].get("conditions") or [])
         ),
         timeout=30,
-        what="the Suspended condition",
     )
     time.sleep(6)  # three periods
     late = [r for r in cluster.runs("busy") if int(r["spec"]["slot"]) > suspended_at + 2_000]

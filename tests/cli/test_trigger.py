@@ -15,9 +15,10 @@ from anarchon.cli import trigger
 from anarchon.kube.client import Kube
 from anarchon.kube.constants import MAX_PENDING_TRIGGERS
 from anarchon.kube.triggers import pending_requests, request_trigger
-from tests.operator.conftest import Cluster, Replicas, job_manifest
-
-from .conftest import REPO, Cli, ok, one_line_error
+from tests.harness.cli import Cli, ok, one_line_error
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.controlplane import REPO
+from tests.harness.until import until
 
 
 def _requests(cluster: Cluster, job: str) -> dict[str, str]:
@@ -130,7 +131,7 @@ def test_no_trigger_is_lost_with_three_replicas(
         replicas.start(name)
     cluster.apply(job_manifest("often", every="1h", suspend=True, overlap="Allow", successfulRunsHistoryLimit=10))
     status = lambda: (cluster.get("anarchonjob", "often") or {}).get("status") or {}  # noqa: E731
-    cluster.wait(lambda: status().get("schedule") == "every 1h", timeout=60, what="the replicas to serve the job")
+    until("the replicas to serve the job", lambda: status().get("schedule") == "every 1h", timeout=60)
 
     def succeeded() -> list[int]:
         return [
@@ -145,7 +146,7 @@ def test_no_trigger_is_lost_with_three_replicas(
     for proc in pair:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, (out, err)
-    cluster.wait(lambda: succeeded() == [base, base + 50], timeout=60, what="both runs of the pair")
+    until("both runs of the pair", lambda: succeeded() == [base, base + 50], timeout=60)
 
     for name in names:
         replicas.kill(name)
@@ -156,7 +157,7 @@ def test_no_trigger_is_lost_with_three_replicas(
     assert sorted(_requests(cluster, "often").values()) == [str(base + 1_000), str(base + 2_000), "now"]
     for name in names:
         replicas.start(name)
-    cluster.wait(lambda: len(succeeded()) == 5, timeout=60, what="the three requests sent while no replica ran")
+    until("the three requests sent while no replica ran", lambda: len(succeeded()) == 5, timeout=60)
     time.sleep(1)  # nothing more comes
     now, *slots = succeeded()  # "now" is when a replica first saw it: before 2027
     assert slots == [base, base + 50, base + 1_000, base + 2_000] and asked <= now < base, (now, slots)

@@ -9,9 +9,9 @@ from typing import Any
 
 from anarchon.engine.schedule import every, slots_between
 from anarchon.kube.spec import slot_time
-from tests.operator.conftest import Cluster, job_manifest
-
-from .conftest import Cli, ok, ok_json, one_line_error
+from tests.harness.cli import Cli, ok, ok_json, one_line_error
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until
 
 
 def _missed(cluster: Cluster, name: str) -> list[dict[str, Any]]:
@@ -27,16 +27,16 @@ def test_why_tells_ran_missed_suspended_and_not_yet_due(cluster: Cluster, replic
     cluster.apply(job_manifest("daily", cron="@daily"))  # CronJob's shorthand, run by the replicas too
     replicas = replicas_factory(f"sqlite://{tmp_path / 'store.db'}")
     replicas.start("first")
-    cluster.wait(
+    until(
+        "runs before the downtime",
         lambda: sum(1 for r in cluster.runs("tick") if (r.get("status") or {}).get("phase") == "Succeeded") >= 2,
         timeout=60,
-        what="runs before the downtime",
     )
     stopping_at = time.time_ns() // 1_000_000
     replicas.kill("first", signal.SIGTERM)
     time.sleep(9)  # four or five slots with no replica
     replicas.start("second")
-    window = cluster.wait(lambda: _missed(cluster, "tick"), timeout=60, what="the missed window on the job")[0]
+    window = until("the missed window on the job", lambda: _missed(cluster, "tick"), timeout=60)[0]
     assert window["reason"] == "NoReplica" and window["count"] >= 2, window
     first, last = (
         int(datetime.fromisoformat(window[k].replace("Z", "+00:00")).timestamp() * 1000) for k in ("from", "to")
@@ -65,10 +65,10 @@ def test_why_tells_ran_missed_suspended_and_not_yet_due(cluster: Cluster, replic
     assert asleep["verdict"] == "suspended", asleep
     one_line_error(cli("why", "tick", "--slot", slot_time(upcoming + 1)), 1, "is not a slot of the job")
     midnight = (time.time_ns() // 1_000_000 // 86_400_000 + 1) * 86_400_000
-    daily = cluster.wait(
+    daily = until(
+        "the @daily job scheduled by a replica",
         lambda: (s := cluster.get("anarchonjob", "daily").get("status") or {}).get("nextScheduleTime") and s,
         timeout=30,
-        what="the @daily job scheduled by a replica",
     )
     assert daily["nextScheduleTime"] in (slot_time(midnight), slot_time(midnight + 86_400_000)), daily
     assert [c["status"] for c in daily["conditions"] if c["type"] == "Ready"] == ["True"], daily

@@ -51,6 +51,21 @@ async def lease_backend(make_backend: Callable[[], LeaseBackend]) -> AsyncIterat
 
 
 @pytest.fixture
+async def private_lease_backend(lease_store_url: str) -> AsyncIterator[LeaseBackend]:
+    """A store no other test writes to: a Redis key prefix, a PostgreSQL table of its own (a SQLite
+    file is the test's already). For calls over the whole store (forget_unserved), which would
+    otherwise meet the jobs an earlier test of the session left there."""
+    own = f"t{uuid.uuid4().hex[:10]}"
+    scheme = lease_store_url.split(":", 1)[0]
+    options = {"redis": {"prefix": own}, "postgresql": {"table": f"{own}_runs"}}.get(scheme, {})
+    backend = from_url(lease_store_url, **options)
+    assert isinstance(backend, LeaseBackend)
+    await backend.setup()
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture
 def job_name() -> str:
     """A job name no other test uses, so tests share a store without seeing each other."""
     return f"job-{uuid.uuid4().hex[:10]}"

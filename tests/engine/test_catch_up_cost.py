@@ -11,8 +11,8 @@ from anarchon.engine.backend import ClaimRequest, LeaseBackend
 from anarchon.engine.backends import from_url
 from anarchon.engine.model import Overlap, new_token
 from anarchon.engine.schedule import Cron, Schedule
-
-from .harness import HOUR_MS, Calls, Recorder, wait_for
+from tests.harness.engine import HOUR_MS, Calls, Recorder
+from tests.harness.until import until_async
 
 
 class Counted:
@@ -68,7 +68,7 @@ async def test_catch_up_over_an_hour_of_seconds_lets_other_tasks_run(tmp_path: P
     other = asyncio.create_task(other_task())
     try:
         await two.start()
-        await wait_for(lambda: len(recorder.of("missed")) >= 3599, what="the missed slots")
+        await until_async("the missed slots", lambda: len(recorder.of("missed")) >= 3599)
     finally:
         await two.stop()
         await backend.close()
@@ -99,7 +99,7 @@ async def test_an_hour_of_missed_seconds_is_one_report_not_3600(tmp_path: Path, 
     two, backend = await an_hour_later(tmp_path, job_name, cron("* * * * * *"), reports)
     try:
         await two.start()
-        await wait_for(lambda: bool(reports.ranges), what="the report of the missed slots")
+        await until_async("the report of the missed slots", lambda: bool(reports.ranges))
     finally:
         await two.stop()
         await backend.close()

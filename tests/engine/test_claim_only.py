@@ -43,6 +43,7 @@ from anarchon.engine.backends import from_url
 from anarchon.engine.backends.nats import NatsBackend
 from anarchon.engine.backends.rabbitmq import RabbitMQBackend
 from anarchon.engine.backends.redis_claim import RedisIdmpBackend
+from tests.harness.until import until_async
 
 CLAIM_ONLY_STORES = ["redis+script", "redis+stream", "nats", "rabbitmq"]
 NOW = 1_800_000_000_000
@@ -431,14 +432,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-async def _wait_no_connections(ctl: Callable[..., str], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+async def _no_connections(ctl: Callable[..., str]) -> None:
+    async def none_listed() -> bool:
         out = await asyncio.to_thread(ctl, "list_connections", "pid", "--quiet", "--no-table-headers")
-        if not out.strip():
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError("RabbitMQ still lists connections")
+        return not out.strip()
+
+    await until_async("RabbitMQ to list no connection", none_listed, interval=0.5)
 
 
 async def test_rabbitmq_winner_losing_its_connection_does_not_free_the_run(amqp_url: str, job_name: str) -> None:
@@ -457,7 +456,7 @@ async def test_rabbitmq_winner_losing_its_connection_does_not_free_the_run(amqp_
     finally:
         proc.send_signal(signal.SIGKILL)
         await asyncio.wait_for(proc.wait(), 10)
-    await _wait_no_connections(server.ctl)  # the broker has seen the connection die
+    await _no_connections(server.ctl)  # the broker has seen the connection die
 
     losers = [RabbitMQBackend(amqp_url) for _ in range(5)]
     await asyncio.gather(*(b.setup() for b in losers))

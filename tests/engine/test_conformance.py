@@ -289,10 +289,11 @@ async def test_prune_past_everything_keeps_active_runs_and_the_newest(
 
 
 async def test_jobs_not_noted_served_for_a_while_are_forgotten_and_the_rest_kept(
-    lease_backend: LeaseBackend, job_name: str
+    private_lease_backend: LeaseBackend, job_name: str
 ) -> None:
     """A job deleted while no instance watched is found by its notes of service getting old:
     its runs and fingerprint go; a job noted since, or never noted, stays."""
+    lease_backend = private_lease_backend  # forget_unserved looks at the whole store
     old, fresh, never = f"{job_name}-old", f"{job_name}-fresh", f"{job_name}-never"
     for job in (old, fresh, never):
         await lease_backend.claim(req(job, 10, token=f"{job}10"))

@@ -12,6 +12,7 @@ import pytest
 from anarchon.engine import RunContext, Scheduler
 from anarchon.engine.backends import from_url
 from anarchon.engine.logcontext import RunFieldsFilter
+from tests.harness.until import until_async
 
 SLOT = 1_800_000_000_000
 log = logging.getLogger("anarchon.test.workload")
@@ -32,10 +33,9 @@ async def test_records_of_an_attempt_carry_its_run(tmp_path: Path, caplog: pytes
     async with Scheduler(from_url(f"sqlite://{tmp_path / 'store.db'}"), instance_id="replica-7") as sched:
         sched.every("report", "1h", handler, jitter=0)
         assert (await asyncio.wait_for(sched.trigger("report", SLOT), 10)).won
-        for _ in range(200):
-            if any(r.getMessage().startswith("finished") for r in caplog.records):
-                break
-            await asyncio.sleep(0.05)
+        await until_async(
+            "the attempt's last line", lambda: any(r.getMessage().startswith("finished") for r in caplog.records)
+        )
         log.info("after the attempt")
 
     def fields(message: str) -> tuple[object, ...]:

@@ -14,10 +14,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.harness.controlplane import REPO
+from tests.harness.until import until
+
+T = TypeVar("T")
 SLOTS = int(os.environ.get("ANARCHON_MP_SLOTS", "1200"))
 pytestmark = pytest.mark.slow
 
@@ -59,18 +63,19 @@ class Procs:
                 out += [line.split() for line in path.read_text().splitlines() if line.strip()]
         return out
 
-    def wait_for(self, predicate: Callable[[], object], timeout: float, what: str) -> object:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def checked(self, predicate: Callable[[], T]) -> Callable[[], T]:
+        """``predicate`` for :func:`until`, failing at once with its stderr if an instance died."""
+
+        def check() -> T:
             found = predicate()
-            if found:
-                return found
-            for name, proc in self.procs.items():
-                if proc.poll() not in (None, -9, -15, 0):
-                    err = (self.out_dir / f"{name}.err").read_text()[-3000:]
-                    raise AssertionError(f"{name} exited with {proc.returncode}:\n{err}")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
+            if not found:
+                for name, proc in self.procs.items():
+                    if proc.poll() not in (None, -9, -15, 0):
+                        err = (self.out_dir / f"{name}.err").read_text()[-3000:]
+                        raise AssertionError(f"{name} exited with {proc.returncode}:\n{err}")
+            return found
+
+        return check
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -91,12 +96,31 @@ def procs(lease_store_url: str, job_name: str, tmp_path: Path) -> Iterator[Procs
     p.stop()
 
 
+def _start(
+    procs: Procs, what: str, *, timeout: float, slot: str | None = None, attempt: str | None = None
+) -> list[str]:
+    """The first "start" line (of ``slot``'s ``attempt``, if given) any instance wrote."""
+
+    def starts() -> list[list[str]]:
+        return [e for e in procs.lines() if e[0] == "start" and slot in (None, e[1]) and attempt in (None, e[2])]
+
+    return until(what, procs.checked(starts), timeout=timeout, interval=0.05)[0]
+
+
 def test_thousands_of_slots_no_duplicate_no_loss(procs: Procs) -> None:
     for i in range(3):
         procs.start(f"p{i}", "dup")
-    procs.wait_for(lambda: len([e for e in procs.lines() if e[0] == "ready"]) == 3, 60, "3 ready instances")
-    procs.wait_for(
-        lambda: len({e[1] for e in procs.lines() if e[0] == "start"}) >= SLOTS, SLOTS * 0.2 + 120, f"{SLOTS} slots"
+    until(
+        "3 ready instances",
+        procs.checked(lambda: len([e for e in procs.lines() if e[0] == "ready"]) == 3),
+        timeout=60,
+        interval=0.05,
+    )
+    until(
+        f"{SLOTS} slots",
+        procs.checked(lambda: len({e[1] for e in procs.lines() if e[0] == "start"}) >= SLOTS),
+        timeout=SLOTS * 0.2 + 120,
+        interval=0.05,
     )
     procs.stop()
     starts = [e for e in procs.lines() if e[0] == "start"]
@@ -122,13 +146,11 @@ def test_thousands_of_slots_no_duplicate_no_loss(procs: Procs) -> None:
 def test_sigkill_of_runner_backup_takes_attempt_2(procs: Procs) -> None:
     for i in range(3):
         procs.start(f"p{i}", "long")
-    first = procs.wait_for(lambda: [e for e in procs.lines() if e[0] == "start"], 60, "attempt 1")[0]  # type: ignore[index]
+    first = _start(procs, "attempt 1", timeout=60)
     slot, runner = first[1], first[3]
     os.kill(procs.procs[runner].pid, signal.SIGKILL)
     killed = time.monotonic()
-    second = procs.wait_for(
-        lambda: [e for e in procs.lines() if e[0] == "start" and e[1] == slot and e[2] == "2"], 30, "attempt 2"
-    )[0]  # type: ignore[index]
+    second = _start(procs, "attempt 2", timeout=30, slot=slot, attempt="2")
     took = time.monotonic() - killed
     assert second[3] != runner
     # lease 2 s + 2 heartbeats of 0.5 s, plus slack for process scheduling on a loaded machine
@@ -138,25 +160,25 @@ def test_sigkill_of_runner_backup_takes_attempt_2(procs: Procs) -> None:
 def test_sigstop_runner_is_fenced_after_sigcont(procs: Procs) -> None:
     for i in range(2):
         procs.start(f"p{i}", "long")
-    first = procs.wait_for(lambda: [e for e in procs.lines() if e[0] == "start"], 60, "attempt 1")[0]  # type: ignore[index]
+    first = _start(procs, "attempt 1", timeout=60)
     slot, runner = first[1], first[3]
     os.kill(procs.procs[runner].pid, signal.SIGSTOP)
-    second = procs.wait_for(
-        lambda: [e for e in procs.lines() if e[0] == "start" and e[1] == slot and e[2] == "2"], 30, "attempt 2"
-    )[0]  # type: ignore[index]
+    second = _start(procs, "attempt 2", timeout=30, slot=slot, attempt="2")
     assert second[3] != runner
     time.sleep(1)
     os.kill(procs.procs[runner].pid, signal.SIGCONT)
-    ended = procs.wait_for(
-        lambda: [e for e in procs.lines(runner) if e[0] == "end" and e[1] == slot and e[2] == "1"],
-        30,
+    ended = until(
         "the woken runner to stop",
-    )[0]  # type: ignore[index]
+        procs.checked(lambda: [e for e in procs.lines(runner) if e[0] == "end" and e[1] == slot and e[2] == "1"]),
+        timeout=30,
+        interval=0.05,
+    )[0]
     assert ended[3] in ("fenced", "lease"), ended  # "lease lost" splits into two words
     # The woken runner never ended the run: attempt 2 does, with "done".
-    procs.wait_for(
-        lambda: [e for e in procs.lines(second[3]) if e[0] == "end" and e[1] == slot and e[2] == "2"],
-        30,
+    until(
         "attempt 2 to finish",
+        procs.checked(lambda: [e for e in procs.lines(second[3]) if e[0] == "end" and e[1] == slot and e[2] == "2"]),
+        timeout=30,
+        interval=0.05,
     )
     assert not [e for e in procs.lines(runner) if e[0] == "end" and e[2] == "1" and e[3] == "done"]

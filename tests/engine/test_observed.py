@@ -13,8 +13,8 @@ from pathlib import Path
 from anarchon.engine import Backend, LeaseBackend, RunContext, RunState, Scheduler, StoreError, StoreObserver, observed
 from anarchon.engine.backends import from_url
 from tests.faults.storefaults import FaultyStore
-
-from .harness import Recorder, fast_clock, wait_for
+from tests.harness.engine import Recorder, fast_clock
+from tests.harness.until import until_async
 
 SLOT = 1_800_000_000_000
 
@@ -49,7 +49,7 @@ async def test_a_run_through_an_observed_lease_store_times_every_call(tmp_path: 
     await sched.start()
     try:
         await sched.trigger("timed", SLOT)
-        await wait_for(lambda: bool(listener.of("finished")), what="the run's end")
+        await until_async("the run's end", lambda: bool(listener.of("finished")))
     finally:
         await sched.stop()
     assert ran == [SLOT] and listener.of("finished")[0][4] == RunState.SUCCEEDED
@@ -72,7 +72,7 @@ async def test_a_failed_store_call_is_timed_with_its_error(tmp_path: Path) -> No
     await sched.start()
     try:
         await sched.trigger("timed", SLOT)
-        await wait_for(lambda: bool(listener.of("finished")), what="the run's end")
+        await until_async("the run's end", lambda: bool(listener.of("finished")))
     finally:
         await sched.stop()
     claims = [(secs, err) for op, secs, err in seen if op == "claim"]

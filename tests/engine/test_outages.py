@@ -13,11 +13,11 @@ import pytest
 
 from anarchon.engine import Cause, RunContext, RunState, Scheduler, StoreError
 from anarchon.engine.backends import from_url
+from tests.harness.engine import Calls, Recorder, fast_clock
+from tests.harness.until import until_async
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
 from tests.servers.redis import start_or_fail as start_redis_or_fail
-
-from .harness import Calls, Recorder, fast_clock, wait_for
 
 
 class Errors(Recorder):
@@ -72,10 +72,10 @@ async def test_scheduler_survives_a_store_outage(private_server: Any, job_name: 
     sched.every(job_name, "1s", calls.handler(), jitter=0, heartbeat="1s")
     await sched.start()
     try:
-        await wait_for(lambda: len(calls.calls) >= 3, what="runs before the outage")
+        await until_async("runs before the outage", lambda: len(calls.calls) >= 3)
         before = len(calls.calls)
         await _outage(private_server, 2.0)  # 20 fake seconds without a store
-        await wait_for(lambda: len(calls.calls) >= before + 3, timeout_s=60, what="runs after the outage")
+        await until_async("runs after the outage", lambda: len(calls.calls) >= before + 3, timeout=60)
         assert listener.store_errors, "the outage must be seen and logged"
         for task in sched.jobs[job_name]._main:
             assert not task.done(), "the job's loops must survive the outage"
@@ -102,13 +102,13 @@ async def test_runner_that_loses_the_store_past_its_lease_stops(private_server: 
     await sched.start()
     try:
         await sched.trigger(job_name)
-        await wait_for(lambda: len(calls.calls) == 1, what="the run to start")
+        await until_async("the run to start", lambda: len(calls.calls) == 1)
         await _outage(private_server, 1.5)  # 15 fake seconds: far past the 3 s lease
-        await wait_for(lambda: calls.calls[0].stop_reason is not None, timeout_s=30, what="the runner to stop")
+        await until_async("the runner to stop", lambda: calls.calls[0].stop_reason is not None, timeout=30)
         assert calls.calls[0].stop_reason == "lease lost"
         assert listener.heartbeat_errors
         # The run is not marked done: a backup (here, the same instance) takes the next attempt.
-        await wait_for(lambda: len(calls.calls) == 2, timeout_s=30, what="attempt 2")
+        await until_async("attempt 2", lambda: len(calls.calls) == 2, timeout=30)
         assert calls.calls[1].attempt == 2
     finally:
         await sched.stop(handover=False)
@@ -166,13 +166,13 @@ async def test_a_running_run_survives_a_redis_restart_that_lost_every_key(job_na
     await sched.start()
     try:
         await sched.trigger(job_name, 1_800_000_000_000)
-        await wait_for(lambda: len(calls.calls) == 1, what="the run to start")
+        await until_async("the run to start", lambda: len(calls.calls) == 1)
         await asyncio.to_thread(server.restart)  # same port, every key gone
         await asyncio.sleep(0.5)  # 5 fake seconds: heartbeats have found the run missing
         assert calls.calls[0].stop_reason is None, "the runner must not stop: nobody else holds its run"
         assert "reclaim" in listener.store_errors
         go_on.set()
-        await wait_for(lambda: not sched.jobs[job_name].running_slots, what="the run to end")
+        await until_async("the run to end", lambda: not sched.jobs[job_name].running_slots)
         run = await sched.backend.get_run(job_name, 1_800_000_000_000)  # type: ignore[attr-defined]
         assert run is not None and run.state is RunState.SUCCEEDED, run
         assert len(calls.calls) == 1
@@ -207,7 +207,7 @@ async def test_after_redis_lost_its_state_skip_never_launches_beside_a_running_r
         sched.every(job_name, "1s", calls.handler(long), jitter=0, overlap="Skip", heartbeat="5s", lease="15s")
         await sched.start()
     try:
-        await wait_for(lambda: len(calls.calls) == 1, what="the first run")
+        await until_async("the first run", lambda: len(calls.calls) == 1)
         await asyncio.sleep(0.3)  # 3 fake seconds: both instances claimed slots (and met the job's epoch)
         await asyncio.to_thread(server.restart)  # same port, every key gone
         await asyncio.sleep(2.5)  # 25 fake seconds: 25 slots, 5 heartbeats, a lease and more
@@ -237,10 +237,10 @@ async def test_catch_up_after_every_instance_was_down_counts_from_before_a_redis
         one = Scheduler(_backend(server), instance_id="one", clock=clock)
         one.every(job_name, "1s", calls.handler(), **options)
         await one.start()
-        await wait_for(lambda: len(calls.calls) >= 3, what="runs before the restart")
+        await until_async("runs before the restart", lambda: len(calls.calls) >= 3)
         await asyncio.to_thread(server.restart)  # same port, every key gone
         ran = len(calls.calls)
-        await wait_for(lambda: len(calls.calls) >= ran + 3, what="runs after the restart")
+        await until_async("runs after the restart", lambda: len(calls.calls) >= ran + 3)
         await one.stop()
         await one.backend.close()
         down_from = clock.now_ms()
@@ -249,9 +249,9 @@ async def test_catch_up_after_every_instance_was_down_counts_from_before_a_redis
         two.every(job_name, "1s", calls.handler(), **options)
         await two.start()
         try:
-            await wait_for(
+            await until_async(
+                "the slots missed while every instance was down, caught up",
                 lambda: sum(1 for c in calls.calls if c.cause is Cause.CATCH_UP and c.slot > down_from) >= 8,
-                what="the slots missed while every instance was down, caught up",
             )
         finally:
             await two.stop()
@@ -292,15 +292,15 @@ async def test_a_run_claimed_by_an_instance_killed_before_it_left_a_record_runs_
             won = {c.slot for c in calls.calls if c.instance == "killed"}
             return [int(e[2]) for e in backup_saw.of("claimed") if e[3] == "taken" and int(e[2]) in won]
 
-        await wait_for(lambda: bool(taken_from_backup()), what="a slot the killed instance won over the backup")
+        await until_async("a slot the killed instance won over the backup", lambda: bool(taken_from_backup()))
         slot = taken_from_backup()[0]
         await killed.stop(handover=False)  # a SIGKILL: no hand-over, the claim stays with its lease
         await asyncio.to_thread(server.restart)  # same port, every key gone
         # A lease (3 s here) after the backup meets the loss, at its next claim.
-        await wait_for(
+        await until_async(
+            f"the backup to run slot {slot}, which the store forgot with its winner",
             lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
-            timeout_s=15,
-            what=f"the backup to run slot {slot}, which the store forgot with its winner",
+            timeout=15,
         )
         run = await backup.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
         assert run is not None and run.instance == "backup", run
@@ -338,15 +338,15 @@ async def test_a_runner_whose_lease_lapsed_in_an_outage_claims_its_run_back_from
     try:
         slot = 1_800_000_000_000
         await sched.trigger(job_name, slot)
-        await wait_for(lambda: len(calls.calls) == 1, what="the run to start")
+        await until_async("the run to start", lambda: len(calls.calls) == 1)
         await asyncio.to_thread(server.kill)
-        await wait_for(lambda: calls.calls[0].stop_reason is not None, what="the runner to stop, fenced")
+        await until_async("the runner to stop, fenced", lambda: calls.calls[0].stop_reason is not None)
         assert calls.calls[0].stop_reason == "lease lost"
         await asyncio.to_thread(server.restart)  # same port, every key gone
-        await wait_for(lambda: len(calls.calls) == 2, timeout_s=10, what="the run claimed back and picked up")
+        await until_async("the run claimed back and picked up", lambda: len(calls.calls) == 2, timeout=10)
         assert calls.calls[1].slot == slot and calls.calls[1].instance == "solo"
         go_on.set()
-        await wait_for(lambda: not sched.jobs[job_name].running_slots, what="the run to end")
+        await until_async("the run to end", lambda: not sched.jobs[job_name].running_slots)
         run = await sched.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
         assert run is not None and run.state is RunState.SUCCEEDED, run
     finally:

@@ -32,6 +32,7 @@ from anarchon.engine import (
 from anarchon.engine.backends import from_url
 from anarchon.engine.backends.redis import RedisBackend, redact_url
 from anarchon.engine.backends.sqlite import SqliteBackend
+from tests.harness.until import until_async
 from tests.servers.redis import RedisServer, free_port, start_or_fail
 
 NOW = 1_800_000_000_000
@@ -361,10 +362,7 @@ async def test_retention_expires_final_runs_only(redis_url: str, prefix: str) ->
         assert await r.pttl(b.run_key("j", 3)) == -1  # active: never expires
         assert await r.pttl(b.runs_key("j")) == -1
         assert sorted(await r.zrange(b.expiring_key("j"), 0, -1)) == ["1", "2", "4"]
-        for _ in range(100):  # Redis expires lazily and in the background: poll up to ~5 s
-            if not await r.exists(b.run_key("j", 1), b.run_key("j", 2), b.run_key("j", 4)):
-                break
-            await asyncio.sleep(0.05)
+        await _expired(b, b.run_key("j", 1), b.run_key("j", 2), b.run_key("j", 4))
         assert await b.get_run("j", 1) is None and await b.get_run("j", 2) is None
         assert await b.get_run("j", 3) is not None
         assert [x.slot for x in await b.history("j")] == [3]
@@ -381,12 +379,13 @@ async def test_retention_expires_final_runs_only(redis_url: str, prefix: str) ->
         assert await b.last_slot("j") == 6
 
 
-async def _wait_expired(b: RedisBackend, *keys: str) -> None:
-    for _ in range(100):  # Redis expires lazily and in the background: poll up to ~5 s
-        if not await b.client.exists(*keys):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{keys} did not expire")
+async def _expired(b: RedisBackend, *keys: str) -> None:
+    """Redis expires lazily and in the background: poll."""
+
+    async def gone() -> bool:
+        return not await b.client.exists(*keys)
+
+    await until_async(f"{keys} to expire", gone, interval=0.05)
 
 
 async def test_retention_keeps_the_newest_slot_through_catch_up_claims(redis_url: str, prefix: str) -> None:
@@ -396,7 +395,7 @@ async def test_retention_keeps_the_newest_slot_through_catch_up_claims(redis_url
         assert isinstance(b, RedisBackend)
         await b.claim(req("j", 5, token="t5"))
         await b.finish("j", 5, "t5", NOW, RunState.SUCCEEDED)
-        await _wait_expired(b, b.run_key("j", 5))
+        await _expired(b, b.run_key("j", 5))
         assert (await b.claim(req("j", 1, token="t1", now=NOW + 60_000))).won  # an older slot
         assert await b.last_slot("j") == 5
         assert await b.client.zrange(b.runs_key("j"), 0, -1) == ["1", "5"]
@@ -409,7 +408,7 @@ async def test_prune_clears_both_indexes_of_expired_runs(redis_url: str, prefix:
             await b.claim(req("j", slot, token=f"t{slot}"))
             await b.finish("j", slot, f"t{slot}", NOW, RunState.SUCCEEDED)
         await b.claim(req("j", 3, token="t3"))
-        await _wait_expired(b, b.run_key("j", 1), b.run_key("j", 2))
+        await _expired(b, b.run_key("j", 1), b.run_key("j", 2))
         assert await b.prune("j", 10) == 0  # nothing left to delete: the runs expired
         assert await b.client.zrange(b.runs_key("j"), 0, -1) == ["3"]
         assert await b.client.zrange(b.expiring_key("j"), 0, -1) == []

@@ -16,8 +16,8 @@ from anarchon.engine import ConfigError, RunContext, RunState, ScaledClock, Sche
 from anarchon.engine.backends import from_url
 from anarchon.engine.limits import MAX_RETRIES, MAX_RETRY_BACKOFF_MS, MIN_RETRY_BACKOFF_MS
 from anarchon.engine.tries import Retries
-
-from .harness import Recorder, fast_clock, wait_for
+from tests.harness.engine import Recorder, fast_clock
+from tests.harness.until import until_async
 
 
 def test_backoff_doubles_from_the_first_retry_and_stops_at_its_cap() -> None:
@@ -80,7 +80,7 @@ async def test_a_restarted_timeout_bounds_each_try_not_the_attempt(
     sched.schedule("tries", every("1h"), tries_of_two_seconds, jitter=0, heartbeat="1s", timeout="3s")
     await sched.start()
     await sched.trigger("tries")
-    await wait_for(lambda: bool(rec.of("finished")), what="the run to end")
+    await until_async("the run to end", lambda: bool(rec.of("finished")))
     run = (await sched.history("tries"))[0]
     assert run.state is RunState.SUCCEEDED, run.error  # 80 s of work under a 3 s timeout, 2 s per try
 
@@ -103,7 +103,7 @@ async def test_a_paused_timeout_does_not_run_out_during_a_backoff_and_counts_aga
     sched.schedule("tries", every("1h"), backoff_then_hang, jitter=0, heartbeat="1s", timeout="3s")
     await sched.start()
     await sched.trigger("tries")
-    await wait_for(lambda: bool(rec.of("finished")), what="the run to end")
+    await until_async("the run to end", lambda: bool(rec.of("finished")))
     run = (await sched.history("tries"))[0]
     assert run.state is RunState.FAILED and "timed out" in (run.error or "")
     assert restarted_ms and stopped_ms, "the timeout ran out during the backoff"
@@ -122,6 +122,6 @@ async def test_without_a_restart_the_timeout_counts_from_the_attempts_start(
     sched.schedule("tries", every("1h"), slow, jitter=0, heartbeat="1s", timeout="3s")
     await sched.start()
     await sched.trigger("tries")
-    await wait_for(lambda: bool(rec.of("finished")), what="the run to end")
+    await until_async("the run to end", lambda: bool(rec.of("finished")))
     run = (await sched.history("tries"))[0]
     assert run.state is RunState.FAILED and "timed out" in (run.error or "")

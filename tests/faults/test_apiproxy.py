@@ -8,13 +8,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 
-from anarchon.kube.client import ApiException, Kube, connect, path, transient
+from anarchon.kube.client import ApiException, Kube, path, transient
 from anarchon.kube.constants import MERGE
 from tests.faults.apiproxy import ApiFaultProxy, Fault, RequestInfo, parse_request
 
@@ -62,14 +62,6 @@ def http_status(url: str, token: str | None) -> int:
 def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
     with ApiFaultProxy(control_plane, seed=7) as p:
         yield p
-
-
-@pytest.fixture
-async def pkube(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
-    """The operator's own client, connected through the proxy."""
-    client = await connect(str(proxy.kubeconfig))
-    yield client
-    await client.close()
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -154,13 +146,13 @@ def test_rules_are_checked_when_made() -> None:
 
 
 async def test_a_create_goes_through_to_the_api_server(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
-    assert pkube.endpoint.server == proxy.url
-    created = await pkube.request("POST", path("configmaps", namespace), configmap("plain"))
+    assert through_proxy.endpoint.server == proxy.url
+    created = await through_proxy.request("POST", path("configmaps", namespace), configmap("plain"))
     assert created["metadata"]["name"] == "plain"
     assert exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/plain")
-    read = await pkube.request("GET", path("configmaps", namespace, "plain"))
+    read = await through_proxy.request("GET", path("configmaps", namespace, "plain"))
     assert read["data"] == {"k": "v"}
     assert proxy.count(verb="create", resource="configmaps", namespace=namespace, upstream=201) == 1
     assert proxy.count(verb="get", resource="configmaps", name="plain", status=200) == 1
@@ -236,7 +228,7 @@ def test_kubectl_works_through_the_proxy_and_retries_a_503(
 )
 async def test_a_status_fault_answers_a_kubernetes_status_without_forwarding(
     proxy: ApiFaultProxy,
-    pkube: Kube,
+    through_proxy: Kube,
     control_plane: Any,
     namespace: str,
     code: int,
@@ -245,7 +237,7 @@ async def test_a_status_fault_answers_a_kubernetes_status_without_forwarding(
 ) -> None:
     fault = proxy.add(Fault("status", code=code, verb="create", resource="configmaps"))
     with pytest.raises(ApiException) as raised:
-        await pkube.request("POST", path("configmaps", namespace), configmap("refused"))
+        await through_proxy.request("POST", path("configmaps", namespace), configmap("refused"))
     assert raised.value.status == code
     body = json.loads(raised.value.body)
     assert body["kind"] == "Status" and body["apiVersion"] == "v1" and body["status"] == "Failure"
@@ -257,14 +249,14 @@ async def test_a_status_fault_answers_a_kubernetes_status_without_forwarding(
 
 
 async def test_times_fires_on_the_first_matching_requests_only(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
     fault = proxy.add(Fault("status", code=500, verb="create", resource="configmaps", times=1))
     with pytest.raises(ApiException) as raised:
-        await pkube.request("POST", path("configmaps", namespace), configmap("first"))
+        await through_proxy.request("POST", path("configmaps", namespace), configmap("first"))
     assert raised.value.status == 500
-    await pkube.request("POST", path("configmaps", namespace), configmap("second"))
-    await pkube.request("POST", path("configmaps", namespace), configmap("first"))
+    await through_proxy.request("POST", path("configmaps", namespace), configmap("second"))
+    await through_proxy.request("POST", path("configmaps", namespace), configmap("first"))
     assert fault.fired == 1
     assert exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/first")
     assert proxy.count(verb="create", resource="configmaps", status=201) == 2
@@ -285,30 +277,30 @@ def test_rate_fires_on_some_requests_reproducibly_from_the_seed(control_plane: A
     assert pattern() == (codes, fired)
 
 
-async def test_remove_and_clear_stop_the_faults(proxy: ApiFaultProxy, pkube: Kube, namespace: str) -> None:
+async def test_remove_and_clear_stop_the_faults(proxy: ApiFaultProxy, through_proxy: Kube, namespace: str) -> None:
     one = proxy.add(Fault("status", code=500, verb="list", resource="configmaps"))
     with pytest.raises(ApiException):
-        await pkube.request("GET", path("configmaps", namespace))
+        await through_proxy.request("GET", path("configmaps", namespace))
     proxy.remove(one)
-    await pkube.request("GET", path("configmaps", namespace))
+    await through_proxy.request("GET", path("configmaps", namespace))
     proxy.add(Fault("status", code=500, verb="list", resource="configmaps"))
     proxy.add(Fault("status", code=503, verb="list"))
     with pytest.raises(ApiException) as raised:
-        await pkube.request("GET", path("configmaps", namespace))
+        await through_proxy.request("GET", path("configmaps", namespace))
     assert raised.value.status == 500  # the first rule added wins
     proxy.clear()
     assert proxy.faults == []
-    await pkube.request("GET", path("configmaps", namespace))
+    await through_proxy.request("GET", path("configmaps", namespace))
     assert one.fired == 1
 
 
 @pytest.mark.parametrize("reply", ["reset", "status"])
 async def test_a_lost_reply_leaves_the_object_created(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str, reply: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str, reply: str
 ) -> None:
     fault = proxy.add(Fault("lost_reply", verb="create", resource="configmaps", reply=reply))  # type: ignore[arg-type]
     with pytest.raises((ApiException, aiohttp.ClientError)) as raised:
-        await pkube.request("POST", path("configmaps", namespace), configmap("applied"))
+        await through_proxy.request("POST", path("configmaps", namespace), configmap("applied"))
     assert transient(raised.value)  # what the operator's retry policy sees: try again
     if reply == "status":
         assert isinstance(raised.value, ApiException) and raised.value.status == 504
@@ -321,37 +313,37 @@ async def test_a_lost_reply_leaves_the_object_created(
     # Sent again (as a retry would), the create now meets the object it made: 409.
     proxy.remove(fault)
     with pytest.raises(ApiException) as again:
-        await pkube.request("POST", path("configmaps", namespace), configmap("applied"))
+        await through_proxy.request("POST", path("configmaps", namespace), configmap("applied"))
     assert again.value.status == 409
 
 
 async def test_a_reset_fails_the_request_before_it_reaches_the_server(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
     fault = proxy.add(Fault("reset", verb="create", resource="configmaps"))
     with pytest.raises(aiohttp.ClientError) as raised:
-        await pkube.request("POST", path("configmaps", namespace), configmap("never"))
+        await through_proxy.request("POST", path("configmaps", namespace), configmap("never"))
     assert transient(raised.value)
     assert fault.fired == 1
     assert not exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/never")
     assert proxy.count(verb="create", resource="configmaps", fault="reset", forwarded=False) == 1
     # The client's next request (on a new connection) goes through.
     proxy.clear()
-    await pkube.request("POST", path("configmaps", namespace), configmap("never"))
+    await through_proxy.request("POST", path("configmaps", namespace), configmap("never"))
     assert exists(control_plane, f"/api/v1/namespaces/{namespace}/configmaps/never")
 
 
 async def test_latency_delays_only_the_aimed_request(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
     for name in ("slow", "quick"):
         control_plane.api("POST", f"/api/v1/namespaces/{namespace}/configmaps", configmap(name))
     fault = proxy.add(Fault("latency", seconds=1.0, verb="get", resource="configmaps", name="slow"))
     t0 = time.monotonic()
-    quick = await pkube.request("GET", path("configmaps", namespace, "quick"))
+    quick = await through_proxy.request("GET", path("configmaps", namespace, "quick"))
     quick_s = time.monotonic() - t0
     t0 = time.monotonic()
-    slow = await pkube.request("GET", path("configmaps", namespace, "slow"))
+    slow = await through_proxy.request("GET", path("configmaps", namespace, "slow"))
     slow_s = time.monotonic() - t0
     assert (quick["metadata"]["name"], slow["metadata"]["name"]) == ("quick", "slow")
     assert slow_s >= 1.0
@@ -361,10 +353,10 @@ async def test_latency_delays_only_the_aimed_request(
 
 
 async def test_a_watch_streams_events_as_they_happen(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
     seen: list[tuple[str, str]] = []
-    response = await pkube.stream(path("configmaps", namespace), {"watch": True, "timeoutSeconds": 60}, 90)
+    response = await through_proxy.stream(path("configmaps", namespace), {"watch": True, "timeoutSeconds": 60}, 90)
     try:
         async with asyncio.timeout(20):
             first = asyncio.ensure_future(response.content.readline())
@@ -385,12 +377,12 @@ async def test_a_watch_streams_events_as_they_happen(
 
 
 async def test_cut_watch_breaks_the_stream_after_the_given_time(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
     control_plane.api("POST", f"/api/v1/namespaces/{namespace}/configmaps", configmap("old"))
     fault = proxy.add(Fault("cut_watch", seconds=1.0, resource="configmaps", namespace=namespace))
-    await pkube.request("GET", path("configmaps", namespace))  # not a watch: not cut
-    response = await pkube.stream(path("configmaps", namespace), {"watch": True, "timeoutSeconds": 60}, 90)
+    await through_proxy.request("GET", path("configmaps", namespace))  # not a watch: not cut
+    response = await through_proxy.stream(path("configmaps", namespace), {"watch": True, "timeoutSeconds": 60}, 90)
     t0 = time.monotonic()
     names: list[str] = []
     with pytest.raises(aiohttp.ClientPayloadError):
@@ -407,7 +399,7 @@ async def test_cut_watch_breaks_the_stream_after_the_given_time(
 
 
 async def test_matching_aims_at_one_subresource_of_one_object(
-    proxy: ApiFaultProxy, pkube: Kube, control_plane: Any, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, control_plane: Any, namespace: str
 ) -> None:
     for name in ("a", "b"):
         control_plane.api("POST", f"/api/v1/namespaces/{namespace}/pods", pod(name))
@@ -417,11 +409,13 @@ async def test_matching_aims_at_one_subresource_of_one_object(
     )
     other_ns = proxy.add(Fault("status", code=500, resource="pods", namespace="elsewhere"))
 
-    await pkube.request("PATCH", path("pods", namespace, "b", "status"), patch, content_type=MERGE)  # another object
-    await pkube.request("PATCH", path("pods", namespace, "a"), patch, content_type=MERGE)  # the main resource
-    await pkube.request("GET", path("pods", namespace, "a", "status"))  # another verb
+    await through_proxy.request(
+        "PATCH", path("pods", namespace, "b", "status"), patch, content_type=MERGE
+    )  # another object
+    await through_proxy.request("PATCH", path("pods", namespace, "a"), patch, content_type=MERGE)  # the main resource
+    await through_proxy.request("GET", path("pods", namespace, "a", "status"))  # another verb
     with pytest.raises(ApiException) as raised:
-        await pkube.request("PATCH", path("pods", namespace, "a", "status"), patch, content_type=MERGE)
+        await through_proxy.request("PATCH", path("pods", namespace, "a", "status"), patch, content_type=MERGE)
     assert raised.value.status == 500
     assert status_of_a.fired == 1
     assert other_ns.fired == 0
@@ -431,23 +425,23 @@ async def test_matching_aims_at_one_subresource_of_one_object(
     # subresource="" aims at the main resource only.
     proxy.clear()
     main_only = proxy.add(Fault("status", code=409, verb="patch", resource="pods", subresource=""))
-    await pkube.request("PATCH", path("pods", namespace, "a", "status"), patch, content_type=MERGE)
+    await through_proxy.request("PATCH", path("pods", namespace, "a", "status"), patch, content_type=MERGE)
     with pytest.raises(ApiException) as conflict:
-        await pkube.request("PATCH", path("pods", namespace, "a"), patch, content_type=MERGE)
+        await through_proxy.request("PATCH", path("pods", namespace, "a"), patch, content_type=MERGE)
     assert conflict.value.status == 409
     assert json.loads(conflict.value.body)["reason"] == "Conflict"
     assert main_only.fired == 1
 
 
 async def test_aiohttp_clients_send_an_idempotent_request_again_once_after_a_reset(
-    proxy: ApiFaultProxy, pkube: Kube, namespace: str
+    proxy: ApiFaultProxy, through_proxy: Kube, namespace: str
 ) -> None:
     """Why the README says times>=2 for GET/PUT/DELETE: aiohttp retries them once on a closed connection."""
     once = proxy.add(Fault("reset", verb="list", resource="configmaps", namespace=namespace, times=1))
-    await pkube.request("GET", path("configmaps", namespace))  # the reset is invisible to the caller
+    await through_proxy.request("GET", path("configmaps", namespace))  # the reset is invisible to the caller
     assert once.fired == 1
     assert proxy.count(verb="list", resource="configmaps", namespace=namespace) == 2
     twice = proxy.add(Fault("reset", verb="list", resource="configmaps", namespace=namespace, times=2))
     with pytest.raises(aiohttp.ClientError):
-        await pkube.request("GET", path("configmaps", namespace))
+        await through_proxy.request("GET", path("configmaps", namespace))
     assert twice.fired == 2

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from tests.harness.report import report
 from tests.image.imagelib import Build, build_image, engine_or_fail, image_size_mb, standin_base
 
 TAG = "anarchon:test"
-_report: list[str] = []
 
 
 @pytest.fixture(scope="session")
@@ -23,18 +23,12 @@ def operator_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     again: Build = build_image(TAG, base, secrets)
     assert again.cached_steps >= 5, f"the rebuild did not use the layer cache:\n{again.log[-3000:]}"
     state = f"{first.cached_steps} steps from the layer cache" if first.cached_steps else "cold"
-    _report.append(
+    report(
         f"operator image {TAG} on stand-in base {base}: {image_size_mb(TAG):.0f} MB; "
         f"build {first.seconds:.0f}s ({state}), "
         f"rebuild {again.seconds:.1f}s (cached)"
     )
     return TAG
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The image's size and build times, so CI logs show them."""
-    for line in _report:
-        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

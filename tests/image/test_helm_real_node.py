@@ -20,8 +20,8 @@ from controlplane import free_port
 from realnode import REAL_NODE_LABEL, REAL_NODE_TAINT
 
 from tests.chart.chartlib import CHART, helm
-from tests.operator.conftest import Cluster, Replicas
-from tests.operator.test_real_node import real_job
+from tests.harness.cluster import Cluster, Replicas, real_job
+from tests.harness.until import until
 
 
 def chart_values(control_plane: Any, namespace: str, image: str, store_url: str) -> dict[str, Any]:
@@ -71,8 +71,8 @@ def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
         cluster.apply(real_job("three", real_node, "exit 3"))
         for job in ("ok", "three"):
             cluster.kubectl("annotate", "--overwrite", "anarchonjob", job, "anarchon.io/trigger=1800000000000")
-        cluster.wait(lambda: cluster.phases("ok")["Succeeded"] == 1, timeout=120, what="the exit-0 run to succeed")
-        cluster.wait(lambda: cluster.phases("three")["Failed"] == 1, timeout=120, what="the exit-3 run to fail")
+        until("the exit-0 run to succeed", lambda: cluster.phases("ok")["Succeeded"] == 1, timeout=120)
+        until("the exit-3 run to fail", lambda: cluster.phases("three")["Failed"] == 1, timeout=120)
         logs = cluster.kubectl("logs", pod["metadata"]["name"], check=False).stdout
         # The chart's RBAC is enough for all of it. (A 429 from a just-created CRD's storage may be retried.)
         assert "Forbidden" not in logs and "status=403" not in logs and "Traceback" not in logs, logs[-3000:]
@@ -91,10 +91,10 @@ def test_helm_install_runs_a_ready_operator_that_runs_real_containers(
     # Nothing of the release is left, in the namespace or cluster-wide; the jobs (user data) stay.
     kinds = "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,configmaps,secrets,pdb"
     # (The replica's Pod may still be handing over after SIGTERM: it goes within its grace period.)
-    cluster.wait(
+    until(
+        "every object of the release to be gone",
         lambda: not cluster.get(kinds, selector="app.kubernetes.io/instance=anarchon")["items"],
         timeout=90,
-        what="every object of the release to be gone",
     )
     cluster_wide = control_plane.kubectl(
         "get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=anarchon", "-o", "name"
@@ -135,14 +135,14 @@ def test_stopping_the_operator_pod_hands_its_running_run_to_another_replica(
             cluster.kubectl("delete", "pod", operator_pod["metadata"]["name"], "--wait=false")
         else:
             cluster.kubectl("rollout", "restart", "deployment/anarchon")
-        taken = cluster.wait(
+        taken = until(
+            "the run adopted by another replica",
             lambda: [r for r in cluster.runs("long") if (r.get("status") or {}).get("attempt", 0) >= 2],
             timeout=90,
-            what="the run adopted by another replica",
         )[0]
         assert taken["status"]["instance"] != operator_pod["metadata"]["name"]
         assert taken["status"]["podName"] == run["status"]["podName"], "the running workload must be adopted"
-        cluster.wait(lambda: cluster.phases("long")["Succeeded"] == 1, timeout=90, what="the adopted run to succeed")
+        until("the adopted run to succeed", lambda: cluster.phases("long")["Succeeded"] == 1, timeout=90)
         (workload,) = cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
         (state,) = workload["status"]["containerStatuses"]
         assert state["restartCount"] == 0 and state["state"]["terminated"]["exitCode"] == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import one_line_error
+from tests.harness.cli import one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 

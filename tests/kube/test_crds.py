@@ -25,11 +25,8 @@ from anarchon.engine.schedule import MACROS, cron
 from anarchon.kube import constants as C
 from anarchon.kube import spec as S
 from anarchon.kube.spec import SpecError, parse_job
-from tests.k8s.fixtures import wait_for
-
-CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
-JOB_CRD = CRD_DIR / "anarchonjobs.anarchon.io.yaml"
-RUN_CRD = CRD_DIR / "anarchonruns.anarchon.io.yaml"
+from tests.harness.controlplane import JOB_CRD, REPO, RUN_CRD
+from tests.kube.crdlib import explain, job
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -152,7 +149,7 @@ def test_crd_names() -> None:
         )
 
 
-EXAMPLES = sorted((CRD_DIR.parent / "examples").glob("*.yaml"))
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -165,25 +162,6 @@ def test_examples_parse(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ against the apiserver
-
-
-def job(name: str = "sync", **spec: Any) -> dict[str, Any]:
-    """A valid AnarchonJob (every 10s) with ``spec`` merged in; a None value removes the field."""
-    body: dict[str, Any] = {
-        "apiVersion": C.API_VERSION,
-        "kind": C.JOB_KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "every": "10s",
-            "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}},
-        },
-    }
-    for key, value in spec.items():
-        if value is None:
-            body["spec"].pop(key, None)
-        else:
-            body["spec"][key] = value
-    return body
 
 
 def create(cp: ControlPlane, namespace: str, obj: dict[str, Any], *, check: bool = True) -> Any:
@@ -471,17 +449,6 @@ def test_unknown_time_zone_and_bad_cron_values_are_left_to_the_operator(crds: Co
     with pytest.raises(SpecError) as info:
         parse_job(created)
     assert [m.split(":")[0] for m in info.value.messages] == ["spec.timeZone", "spec.cron"]
-
-
-def explain(cp: ControlPlane, field: str) -> str:
-    """``kubectl explain`` once the CRD's OpenAPI is published (asynchronously after Established)."""
-
-    def attempt() -> str | None:
-        res = cp.kubectl("explain", field, check=False)
-        return res.stdout if res.returncode == 0 else None
-
-    text: str = wait_for(f"kubectl explain {field}", attempt)
-    return text
 
 
 def test_explain_documents_each_spec_field(crds: ControlPlane) -> None:

@@ -11,7 +11,7 @@ from controlplane import ControlPlane
 from anarchon.kube.client import Kube
 from anarchon.kube.constants import API_VERSION, GROUP, JOB_KIND, JOBS, VERSION
 from anarchon.kube.jobwatch import JobWatch
-from tests.engine.harness import wait_for
+from tests.harness.until import until_async
 
 
 def _job(name: str) -> dict[str, Any]:
@@ -74,17 +74,17 @@ async def test_changes_are_handed_over_one_at_a_time_the_newest_last(
     watch = JobWatch(kube, handler, [namespace])
     watch.start()
     try:
-        await wait_for(lambda: handler.running == 1, what="the listed job handed over")
+        await until_async("the listed job handed over", lambda: handler.running == 1)
         for n in (1, 2, 3):
             await _label(kube, namespace, "one", n)
         await asyncio.sleep(1)  # the three events arrive while the first is still being handled
         handler.gate.set()
-        await wait_for(lambda: handler.of("one")[-1:] == [("MODIFIED", "3")], what="the newest change")
+        await until_async("the newest change", lambda: handler.of("one")[-1:] == [("MODIFIED", "3")])
         await watch.idle()
         assert handler.of("one") == [("ADDED", None), ("MODIFIED", "3")]
         assert handler.most_at_once == 1
         await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "one")
-        await wait_for(lambda: handler.of("one")[-1][0] == "DELETED", what="the deletion")
+        await until_async("the deletion", lambda: handler.of("one")[-1][0] == "DELETED")
     finally:
         await watch.stop()
 
@@ -97,14 +97,14 @@ async def test_a_job_deleted_while_nobody_watched_is_handed_over_as_deleted(
     handler = Recorder()
     watch = JobWatch(kube, handler, [namespace])
     watch.start()
-    await wait_for(lambda: bool(handler.of("kept") and handler.of("gone")), what="both jobs")
+    await until_async("both jobs", lambda: bool(handler.of("kept") and handler.of("gone")))
     await watch.stop()
     await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, "gone")
     watch.start()  # lists again: "gone" is not there any more
     try:
         gone = [("DELETED", None)]
-        await wait_for(lambda: handler.of("gone")[-1:] == gone, what="the deletion noticed at the listing")
-        await wait_for(lambda: len(handler.of("kept")) == 2, what="the kept job listed again")
+        await until_async("the deletion noticed at the listing", lambda: handler.of("gone")[-1:] == gone)
+        await until_async("the kept job listed again", lambda: len(handler.of("kept")) == 2)
         assert handler.of("kept") == [("ADDED", None), ("ADDED", None)]
     finally:
         await watch.stop()
@@ -128,7 +128,7 @@ async def test_a_change_whose_handling_failed_is_tried_again_without_a_new_chang
     watch = JobWatch(kube, flaky, [namespace])
     watch.start()
     try:
-        await wait_for(lambda: bool(handler.of("flaky")), what="the change handled in the end")
+        await until_async("the change handled in the end", lambda: bool(handler.of("flaky")))
         assert calls == ["ADDED"] * 3 and handler.of("flaky") == [("ADDED", None)]
     finally:
         await watch.stop()

@@ -1,6 +1,6 @@
 """The operator's metrics, on its own registry as /metrics serves it (no replica: the logic alone).
 
-The end-to-end check (a real replica after real runs) is tests/operator/test_metrics.py.
+The end-to-end check (a real replica after real runs) is tests/operator/test_metrics_after_runs.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ import yaml
 from controlplane import ControlPlane
 
 from anarchon.kube.spec import parse_job
-from tests.kube.test_crds import JOB_CRD, explain, job
+from tests.harness.controlplane import JOB_CRD
+from tests.kube.crdlib import explain, job
 
 GENERATE = JOB_CRD.parent / "generate.py"
 CHART_JOB_CRD = JOB_CRD.parents[1] / "charts" / "anarchon" / "crds" / JOB_CRD.name

@@ -14,6 +14,7 @@ import pytest
 from anarchon.kube.client import Kube
 from anarchon.kube.pods import follower_label
 from anarchon.kube.podwatch import PodWatch
+from tests.harness.runs import started
 
 
 def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -28,19 +29,9 @@ def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
 OURS = {"app.kubernetes.io/managed-by": "anarchon"}
 
 
-async def _started(pods: PodWatch) -> PodWatch:
-    pods.start()
-    for _ in range(200):
-        if pods.healthy:
-            break
-        await asyncio.sleep(0.05)
-    assert pods.healthy, "the watch never started"
-    return pods
-
-
 @pytest.fixture
 async def watch(kube: Kube, namespace: str) -> AsyncIterator[PodWatch]:
-    pods = await _started(PodWatch(kube, [namespace]))
+    pods = await started(PodWatch(kube, [namespace]))
     yield pods
     await pods.stop()
     assert not pods.healthy
@@ -52,7 +43,7 @@ def _followed_by(follower: str) -> dict[str, str]:
 
 async def test_a_replica_watches_only_the_pods_it_follows(kube: Kube, namespace: str) -> None:
     """Each replica decoded every replica's Pod events (half the bytes of its watches at 1,000 jobs)."""
-    mine = await _started(PodWatch(kube, [namespace], follower="replica-a"))
+    mine = await started(PodWatch(kube, [namespace], follower="replica-a"))
     try:
         with mine.interest(namespace, "ours") as ours, mine.interest(namespace, "theirs") as theirs:
             await kube.core.create_namespaced_pod(namespace, _pod("theirs", _followed_by("replica-b")))  # type: ignore[arg-type]
@@ -69,7 +60,7 @@ async def test_a_replica_watches_only_the_pods_it_follows(kube: Kube, namespace:
 
 async def test_a_pod_whose_follower_moved_away_is_read_again_not_taken_for_deleted(kube: Kube, namespace: str) -> None:
     """The Pod leaves the old follower's selection with a DELETED event: the Pod lives on."""
-    mine = await _started(PodWatch(kube, [namespace], follower="replica-a"))
+    mine = await started(PodWatch(kube, [namespace], follower="replica-a"))
     try:
         long_lived = _pod("moved", _followed_by("replica-a"))
         long_lived["metadata"]["annotations"]["anarchon.test/run-seconds"] = "-1"

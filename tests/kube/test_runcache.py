@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +15,8 @@ from anarchon.kube.run import cache as runcache
 from anarchon.kube.run.cache import RunCache
 from anarchon.kube.spec import slot_time
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-from tests.k8s.fixtures import typed_connect
+from tests.harness.controlplane import typed_connect
+from tests.harness.until import until_async
 
 
 def _run(job: str, slot: int) -> dict[str, Any]:
@@ -28,14 +29,6 @@ def _run(job: str, slot: int) -> dict[str, Any]:
         },
         "spec": {"job": job, "slot": slot, "slotTime": slot_time(slot), "trigger": "Schedule"},
     }
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    for _ in range(600):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _slots(cache: RunCache, namespace: str, job: str) -> list[int] | None:
@@ -58,7 +51,7 @@ async def cache(crds: ControlPlane, kube: Kube, namespace: str) -> AsyncIterator
     runs = RunCache(kube, [namespace])
     assert runs.runs_of(namespace, "a") is None, "not listed yet: the caller must list"
     runs.start()
-    await _until(lambda: runs.healthy, "the watch")
+    await until_async("the watch", lambda: runs.healthy)
     yield runs
     await runs.stop()
     assert runs.runs_of(namespace, "a") is None
@@ -72,10 +65,10 @@ async def test_runs_by_job_and_slot_from_the_listing_then_the_watch(
     assert _slots(cache, namespace, "nobody") == []
     assert all("managedFields" not in r["metadata"] for r in cache.runs_of(namespace, "a") or [])
     await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("a", 2_000))
-    await _until(lambda: _slots(cache, namespace, "a") == [1_000, 2_000, 3_000], "the new run")
+    await until_async("the new run", lambda: _slots(cache, namespace, "a") == [1_000, 2_000, 3_000])
     assert not cache.deleted(namespace, "a-1000")
     await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, "a-1000")
-    await _until(lambda: _slots(cache, namespace, "a") == [2_000, 3_000], "the deletion")
+    await until_async("the deletion", lambda: _slots(cache, namespace, "a") == [2_000, 3_000])
     assert cache.deleted(namespace, "a-1000"), "mending must know a deleted run was not lost"
 
 
@@ -106,7 +99,7 @@ async def test_our_write_is_read_at_once_and_never_hides_a_later_one(
     cache.wrote(await _write_phase(kube, namespace, "b-2000", "Failed"))
     assert _phase(cache, namespace, "b", 2_000) == "Failed"
     await _write_phase(kube, namespace, "b-2000", "Interrupted")
-    await _until(lambda: _phase(cache, namespace, "b", 2_000) == "Interrupted", "the later write")
+    await until_async("the later write", lambda: _phase(cache, namespace, "b", 2_000) == "Interrupted")
 
 
 async def test_a_watch_cut_again_and_again_is_noticed_and_misses_no_run(
@@ -127,7 +120,9 @@ async def test_a_watch_cut_again_and_again_is_noticed_and_misses_no_run(
                     unhealthy_seen += not runs.healthy
                     await asyncio.sleep(0.05)
             expected = list(range(1_000, 13_000, 1_000))
-            await _until(lambda: runs.healthy and _slots(runs, namespace, "c") == expected, "every run, after the cuts")
+            await until_async(
+                "every run, after the cuts", lambda: runs.healthy and _slots(runs, namespace, "c") == expected
+            )
             assert cut.fired == 3, cut.fired
             assert unhealthy_seen, "a cut watch must make the cache say it cannot be trusted"
         finally:
@@ -153,15 +148,15 @@ async def test_who_acted_is_who_added_an_attempt_or_skipped_a_slot(
     runs = RunCache(kube, [namespace])
     runs.start()
     try:
-        await _until(lambda: _slots(runs, namespace, "d") == [1_000], "the listing")
+        await until_async("the listing", lambda: _slots(runs, namespace, "d") == [1_000])
         assert runs.acted() == {}, "a listing shows what was written, maybe long ago"
         taken = [*first, {"attempt": 2, "instance": "r2", "podName": "d-1000"}]
         await _write_status(kube, namespace, "d-1000", {"phase": "Running", "instance": "r2", "attempts": taken})
-        await _until(lambda: "r2" in runs.acted(), "r2's attempt")
+        await until_async("r2's attempt", lambda: "r2" in runs.acted())
         await _write_status(kube, namespace, "d-1000", {"phase": "Succeeded", "instance": "r2", "attempts": taken})
         await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("d", 2_000))
         await _write_status(kube, namespace, "d-2000", {"phase": "Skipped", "instance": "r3", "attempt": 0})
-        await _until(lambda: "r3" in runs.acted(), "r3's skip")
+        await until_async("r3's skip", lambda: "r3" in runs.acted())
         assert set(runs.acted()) == {"r2", "r3"}
         assert runs.acted()["r2"] <= runs.acted()["r3"]
     finally:

@@ -3,7 +3,7 @@
 The replicas' acts (what the run cache saw: anarchon.kube.run.cache) are given by hand and the
 checks' clock is a counter, so each rule is shown at the check where it applies; the presence
 records are real, in real stores (SQLite files, Redis databases). The operator tests
-(tests/operator/test_sharing.py) show the whole of it with replicas at work.
+(tests/operator/test_store_not_shared.py) show the whole of it with replicas at work.
 """
 
 from __future__ import annotations

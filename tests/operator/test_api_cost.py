@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.faults.apiproxy import ApiFaultProxy, Record
-
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_requests_per_run_of_a_steady_job(
                 annotations={"anarchon.test/run-seconds": "0.5"},
             )
         )
-        cluster.wait(lambda: cluster.phases("cost")["Succeeded"] >= 3, timeout=90, what="3 runs")
+        until("3 runs", lambda: cluster.phases("cost")["Succeeded"] >= 3, timeout=90)
         proxy.clear_requests()
         time.sleep(40)
         requests = [r for r in proxy.requests if r.verb != "watch" and r.forwarded]
@@ -93,14 +93,15 @@ def test_a_new_jobs_status_is_written_once_whatever_the_number_of_replicas(
         def watching() -> bool:
             return sum(1 for r in proxy.requests if r.verb == "watch" and r.resource == "anarchonjobs") >= 3
 
-        cluster.wait(watching, timeout=60, what="every replica watching the jobs")
+        until("every replica watching the jobs", watching, timeout=60)
         for name in jobs:
             # Hourly: an every-2s job's next slot passes while the test runs, and a replica that
             # handles an event after that rightly writes the new one (a second write, not a first).
             cluster.apply(job_manifest(name, suspend=True, every="1h"))
-        cluster.wait(
+        until(
+            "every job's status",
             lambda: all((cluster.get("anarchonjob", n).get("status") or {}).get("schedule") for n in jobs),
-            what="every job's status",
+            timeout=90,
         )
         time.sleep(3)  # any later write of a slower replica
         writes = [r for r in proxy.requests if r.verb == "patch" and r.resource == "anarchonjobs" and r.subresource]

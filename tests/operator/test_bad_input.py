@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 
 def _schedule(cluster: Cluster, job: str) -> tuple[Any, Any]:
@@ -27,7 +28,7 @@ def test_bad_trigger_values_are_refused_once_and_the_job_still_follows_edits(
     replicas: Replicas = replicas_factory(store)
     replicas.start("replica-0")
     cluster.apply(job_manifest("trig", every="1h", suspend=True))
-    cluster.wait(lambda: _schedule(cluster, "trig")[0] == "every 1h", timeout=60, what="the job to be scheduled")
+    until("the job to be scheduled", lambda: _schedule(cluster, "trig")[0] == "every 1h", timeout=60)
 
     for generation, (bad, every) in enumerate((("99999999999999999999", "2h"), ("²", "3h")), start=2):
         cluster.kubectl("annotate", "--overwrite", "anarchonjob", "trig", f"anarchon.io/trigger={bad}")
@@ -38,13 +39,13 @@ def test_bad_trigger_values_are_refused_once_and_the_job_still_follows_edits(
             events = [e for e in cluster.events("BadTrigger") if repr(bad) in e["message"]]
             return handled == bad and bool(events)
 
-        cluster.wait(refused, timeout=60, what=f"trigger {bad!r} refused with a BadTrigger Event and marked handled")
+        until(f"trigger {bad!r} refused with a BadTrigger Event and marked handled", refused, timeout=60)
         # The job's handler is free: an edit right after is taken up.
         cluster.apply(job_manifest("trig", every=every, suspend=True))
-        cluster.wait(
+        until(
+            f"the edit to every {every} to be taken up",
             lambda every=every, generation=generation: _schedule(cluster, "trig") == (f"every {every}", generation),
             timeout=60,
-            what=f"the edit to every {every} to be taken up",
         )
 
     # A good trigger after the bad ones still runs.

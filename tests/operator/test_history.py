@@ -13,8 +13,8 @@ from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.spec import engine_key, parse_job
 from anarchon.kube.status import JobStatus
-
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 
 def _store_rows(db: Path, key: str) -> tuple[list[int], int]:
@@ -46,22 +46,22 @@ def test_a_quiet_job_converges_to_its_history_limits(cluster: Cluster, replicas_
     for n, slot in enumerate((1_800_000_000_000, 1_800_000_001_000), start=1):
         for job, phase in (("quiet", "Succeeded"), ("quietfail", "Failed")):
             cluster.kubectl("annotate", "--overwrite", "anarchonjob", job, f"anarchon.io/trigger={slot}")
-            cluster.wait(
+            until(
+                f"run {n} of {job} to end {phase}",
                 lambda job=job, phase=phase, slot=slot: any(
                     int(r["spec"]["slot"]) == slot and (r.get("status") or {}).get("phase") == phase
                     for r in cluster.runs(job)
                 ),
                 timeout=60,
-                what=f"run {n} of {job} to end {phase}",
             )
     for job, phase in (("quiet", "Succeeded"), ("quietfail", "Failed")):
-        cluster.wait(lambda job=job: len(cluster.runs(job)) == 1, timeout=30, what=f"{job}'s history down to 1")
+        until(f"{job}'s history down to 1", lambda job=job: len(cluster.runs(job)) == 1, timeout=30)
         (kept,) = cluster.runs(job)
         assert int(kept["spec"]["slot"]) == 1_800_000_001_000 and kept["status"]["phase"] == phase
-        cluster.wait(
+        until(
+            f"the Pod of {job}'s deleted run to be garbage-collected",
             lambda job=job: len(cluster.pods(f"anarchon.io/job={job}")) == 1,
             timeout=60,
-            what=f"the Pod of {job}'s deleted run to be garbage-collected",
         )
     time.sleep(3)  # and it stays so
     assert len(cluster.runs("quiet")) == 1 and len(cluster.runs("quietfail")) == 1
@@ -80,14 +80,14 @@ def test_store_records_are_pruned_by_age_past_an_old_failed_run(
     replicas.start("replica-0", "--resync", "1s")
     limits = {"successfulRunsHistoryLimit": 1, "failedRunsHistoryLimit": 1, "startingDeadline": "2s"}
     cluster.apply(job_manifest("aging", every="1s", annotations={"anarchon.test/exit-code": "1"}, **limits))
-    failed = cluster.wait(
+    failed = until(
+        "a Failed run",
         lambda: [r for r in cluster.runs("aging") if (r.get("status") or {}).get("phase") == "Failed"],
         timeout=60,
-        what="a Failed run",
     )
     cluster.apply(job_manifest("aging", every="1s", **limits))  # from now on the runs succeed
     key = _key(cluster, "aging")
-    cluster.wait(lambda: cluster.phases("aging")["Succeeded"] >= 1, timeout=60, what="a Succeeded run")
+    until("a Succeeded run", lambda: cluster.phases("aging")["Succeeded"] >= 1, timeout=60)
     time.sleep(40)
     runs = cluster.runs("aging")
     old_failed = [r for r in runs if (r.get("status") or {}).get("phase") == "Failed"]
@@ -110,15 +110,15 @@ def test_deleting_a_job_deletes_its_store_data(cluster: Cluster, replicas_factor
         replicas.start(f"replica-{i}")
     cluster.apply(job_manifest("doomed", every="1s"))
     cluster.apply(job_manifest("bystander", every="1s"))
-    cluster.wait(
+    until(
+        "runs of both jobs",
         lambda: cluster.phases("doomed")["Succeeded"] >= 2 and cluster.phases("bystander")["Succeeded"] >= 1,
         timeout=60,
-        what="runs of both jobs",
     )
     doomed, bystander = _key(cluster, "doomed"), _key(cluster, "bystander")
     assert _store_rows(db, doomed)[0] and _store_rows(db, doomed)[1] == 1
     cluster.kubectl("delete", "anarchonjob", "doomed")
-    cluster.wait(lambda: _store_rows(db, doomed) == ([], 0), timeout=60, what="the store to forget the deleted job")
+    until("the store to forget the deleted job", lambda: _store_rows(db, doomed) == ([], 0), timeout=60)
     time.sleep(3)  # no replica brings a record of it back
     assert _store_rows(db, doomed) == ([], 0)
     assert _store_rows(db, bystander)[0] and _store_rows(db, bystander)[1] == 1

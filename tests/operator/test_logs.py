@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 SLOT = 1_800_000_000_000
 
@@ -17,7 +18,7 @@ def test_json_logs_carry_the_run_of_each_line(cluster: Cluster, replicas_factory
     replicas.start("replica-0", "--log-format", "json")
     cluster.apply(job_manifest("logged", every="1h", suspend=True))
     cluster.trigger_running("logged", SLOT)
-    cluster.wait(lambda: cluster.phases("logged")["Succeeded"] == 1, timeout=60, what="the run to succeed")
+    until("the run to succeed", lambda: cluster.phases("logged")["Succeeded"] == 1, timeout=60)
 
     def lines() -> list[dict[str, Any]]:
         text = replicas.log("replica-0")
@@ -27,10 +28,10 @@ def test_json_logs_carry_the_run_of_each_line(cluster: Cluster, replicas_factory
         # The job as the store knows it: namespace/name#uid-prefix (a re-created job is another).
         return [line for line in lines() if str(line.get("job", "")).startswith(f"{cluster.namespace}/logged#")]
 
-    ran = cluster.wait(
+    ran = until(
+        "the log lines of the run",
         lambda: [line for line in about_the_run() if line["message"].startswith("finished")] and about_the_run(),
         timeout=30,
-        what="the log lines of the run",
     )
     assert {line["message"].split()[0] for line in ran} >= {"running", "finished"}
     for line in ran:

@@ -33,10 +33,9 @@ from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
 from anarchon.kube.status import JobStatus
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-from tests.kube.test_runcache import _until
-
-from .conftest import Cluster, job_manifest
-from .test_runner_fencing import attempt
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.runs import attempt
+from tests.harness.until import until, until_async
 
 LEASE_MS = 3_000
 OLD_SLOT, NEW_SLOT = 3_600_000, 7_200_000  # slots of 1970: far older than any record is kept
@@ -78,10 +77,7 @@ async def _open_run_with_a_live_pod(kube: Kube, spec: JobSpec, slot: int) -> str
     ctx.slot = slot
     task = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx))
     name = run_name(spec.name, slot)
-    for _ in range(300):
-        if await pods_of_run(kube, spec.namespace, name):
-            break
-        await asyncio.sleep(0.1)
+    await until_async("attempt 1's Pod", lambda: pods_of_run(kube, spec.namespace, name), interval=0.1)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(task, 30)
@@ -461,7 +457,7 @@ async def _replica_listener(
     cache = RunCache(kube, [spec.namespace])
     cache.start()
     try:
-        await _until(lambda: cache.healthy, "the run cache listed")
+        await until_async("the run cache listed", lambda: cache.healthy)
         listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me", run_cache=cache)
         listener.bind(lambda job: spec, _no_refresh, _no_missed)
         yield kube, listener, cache
@@ -494,7 +490,7 @@ async def test_a_skip_is_looked_for_only_once_the_requests_queued_before_it_went
                     "the held request", lambda: kube.request("GET", kube_client.path("configmaps", spec.namespace))
                 )
             )
-            await _until(lambda: held.fired, "our one turn held")
+            await until_async("our one turn held", lambda: held.fired)
             key = engine_key(spec.namespace, spec.name, spec.uid)
             run = Run(key, NEW_SLOT, RunState.SKIPPED, 0, "reporter", "", 0, 0, 0, error="overlap")
             listener.skipped_elsewhere(key, NEW_SLOT, run)
@@ -541,7 +537,7 @@ async def test_a_skip_is_left_to_a_reporter_that_is_still_heard_from(
                         await asyncio.sleep(1)
 
                 working = asyncio.ensure_future(at_work())
-                await _until(lambda: cache.heard_from("reporter") is not None, "the reporter heard from")
+                await until_async("the reporter heard from", lambda: cache.heard_from("reporter") is not None)
                 key = engine_key(spec.namespace, spec.name, spec.uid)
                 started = time.monotonic()
                 listener.skipped_elsewhere(
@@ -589,7 +585,7 @@ async def test_a_skips_event_waits_behind_the_requests_of_runs_queued_after_it_i
                     "the held request", lambda: kube.request("GET", kube_client.path("configmaps", spec.namespace))
                 )
             )
-            await _until(lambda: held.fired, "our one turn held")
+            await until_async("our one turn held", lambda: held.fired)
             listener.skipped(engine_key(spec.namespace, spec.name, spec.uid), OLD_SLOT, "overlap")
             await asyncio.sleep(0.2)  # the skip's requests queue first
             await asyncio.wait_for(runs.ensure_run(kube, spec, NEW_SLOT, "Schedule"), 30)
@@ -628,16 +624,16 @@ def test_a_skip_whose_reporter_died_before_writing_it_is_written_by_another_repl
         long_runs = {"anarchon.test/run-seconds": "60"}
         keep = {"successfulRunsHistoryLimit": 100}  # every Skipped run stays
         cluster.apply(job_manifest("skipper", every="2s", overlap="Skip", annotations=long_runs, **keep))
-        cluster.wait(lambda: cluster.phases("skipper")["Running"] == 1, timeout=60, what="the long run")
+        until("the long run", lambda: cluster.phases("skipper")["Running"] == 1, timeout=60)
         # The job's status shows it once its runner refreshed it, and mended: the next look for
         # runs without an object is a minute away.
-        cluster.wait(
+        until(
+            "the job's status refreshed",
             lambda: (cluster.get("anarchonjob", "skipper").get("status") or {}).get("activeCount") == 1,
             timeout=60,
-            what="the job's status refreshed",
         )
         held = doomed.add(Fault("latency", seconds=30, verb="create", resource="anarchonruns", times=1))
-        cluster.wait(lambda: held.fired, timeout=60, what="a skipped slot's run create, held up")
+        until("a skipped slot's run create, held up", lambda: held.fired, timeout=60)
         replicas.kill("replica-0")  # its held create is never sent: the proxy drops it with the connection
         killed_at = time.monotonic()
 
@@ -646,7 +642,7 @@ def test_a_skip_whose_reporter_died_before_writing_it_is_written_by_another_repl
             slots = sorted(int(r["spec"]["slot"]) for r in cluster.runs("skipper"))
             return [s for s in range(slots[0], slots[-1], 2_000) if s not in slots]
 
-        cluster.wait(lambda: not gaps() and time.monotonic() - killed_at > 8, timeout=40, what="no slot without a run")
+        until("no slot without a run", lambda: not gaps() and time.monotonic() - killed_at > 8, timeout=40)
         assert time.monotonic() - killed_at < 25, "written by the survivor, in seconds"
         phases = cluster.phases("skipper")
         assert phases["Skipped"] >= 4, phases

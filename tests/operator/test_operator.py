@@ -8,7 +8,8 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 
 def test_one_pod_per_slot_over_many_slots(cluster: Cluster, replicas_factory, store: str) -> None:
@@ -17,7 +18,7 @@ def test_one_pod_per_slot_over_many_slots(cluster: Cluster, replicas_factory, st
         replicas.start(f"replica-{i}")
     period_ms = 2000
     cluster.apply(job_manifest("tick", every="2s", successfulRunsHistoryLimit=50))
-    cluster.wait(lambda: cluster.phases("tick")["Succeeded"] >= 8, timeout=120, what="8 successful runs")
+    until("8 successful runs", lambda: cluster.phases("tick")["Succeeded"] >= 8, timeout=120)
     runs = cluster.runs("tick")
     # No slot lost: every 2s slot from the first run up to the newest finished one has its run
     # (Succeeded or Skipped, no history limit prunes them here). Newer slots may still be claiming.
@@ -56,19 +57,19 @@ def test_killed_runner_pod_is_adopted_not_relaunched(cluster: Cluster, replicas_
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGKILL)
     killed_at = time.monotonic()
-    taken = cluster.wait(
+    taken = until(
+        "attempt 2 by a backup",
         lambda: [r for r in cluster.runs("long") if (r.get("status") or {}).get("attempt", 0) >= 2],
         timeout=60,
-        what="attempt 2 by a backup",
     )[0]
     assert time.monotonic() - killed_at < 4 + 2 * 1 + 10  # lease + 2 heartbeats + generous slack
     assert taken["status"]["instance"] != runner
     assert taken["status"]["podName"] == run["status"]["podName"], "the living Pod must be adopted"
     pods = cluster.pods(f"anarchon.io/run={run['metadata']['name']}")
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-    cluster.wait(lambda: cluster.phases("long")["Succeeded"] == 1, timeout=60, what="the adopted run to succeed")
+    until("the adopted run to succeed", lambda: cluster.phases("long")["Succeeded"] == 1, timeout=60)
     # Events are posted best effort, after the status write: on a loaded machine one may come late.
-    cluster.wait(lambda: cluster.events("Adopted"), timeout=30, what="the Adopted Event")
+    until("the Adopted Event", lambda: cluster.events("Adopted"), timeout=30)
 
 
 def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
@@ -79,13 +80,13 @@ def test_deleted_pod_is_relaunched_as_next_attempt(cluster: Cluster, replicas_fa
     run = cluster.trigger_running("vanish")
     first_pod = run["status"]["podName"]
     cluster.kubectl("delete", "pod", first_pod, "--wait=false")
-    second = cluster.wait(
+    second = until(
+        "attempt 2",
         lambda: [r for r in cluster.runs("vanish") if (r.get("status") or {}).get("attempt", 0) >= 2],
         timeout=60,
-        what="attempt 2",
     )[0]
     assert second["status"]["podName"] == run["metadata"]["name"], "the run's one Pod name, launched again"
-    cluster.wait(lambda: cluster.phases("vanish")["Succeeded"] == 1, timeout=60, what="attempt 2 to succeed")
+    until("attempt 2 to succeed", lambda: cluster.phases("vanish")["Succeeded"] == 1, timeout=60)
     final = cluster.runs("vanish")[0]["status"]
     assert [a["outcome"] for a in final["attempts"]] == ["Interrupted", "Succeeded"]
 
@@ -101,10 +102,10 @@ def test_run_whose_pod_is_lost_more_often_than_max_attempts_ends_interrupted(
     every_pod_vanishes = {"anarchon.test/vanish-seconds": "2"}
     cluster.apply(job_manifest("doomed", every="1h", suspend=True, maxAttempts=2, annotations=every_pod_vanishes))
     run = cluster.trigger_running("doomed")
-    final = cluster.wait(
+    final = until(
+        "the run to end once its launches are used up",
         lambda: [r["status"] for r in cluster.runs("doomed") if (r.get("status") or {}).get("finishTime")],
         timeout=90,
-        what="the run to end once its launches are used up",
     )[0]
     assert final["phase"] == "Interrupted", final
     assert final["attempt"] == 3
@@ -122,7 +123,7 @@ def test_failed_pod_fails_the_run(cluster: Cluster, replicas_factory, tmp_path: 
     replicas.start("replica-0")
     cluster.apply(job_manifest("bad", every="1h", suspend=True, annotations={"anarchon.test/exit-code": "3"}))
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "bad", "anarchon.io/trigger=1800000000000")
-    cluster.wait(lambda: cluster.phases("bad")["Failed"] == 1, timeout=60, what="the run to fail")
+    until("the run to fail", lambda: cluster.phases("bad")["Failed"] == 1, timeout=60)
     status = cluster.runs("bad")[0]["status"]
     assert "code 3" in status["message"]
     assert status["attempt"] == 1
@@ -146,12 +147,12 @@ def test_invalid_spec_gets_condition_and_event_and_others_keep_running(
         return "Invalid" in conds and conds["Invalid"]["status"] == "True"
 
     for name, expected in (("badzone", "Mars/Olympus_Mons"), ("feb30", "spec.cron: '0 0 30 2 *' never fires")):
-        cluster.wait(lambda name=name: invalid(name), timeout=60, what=f"the Invalid condition of {name}")
+        until(f"the Invalid condition of {name}", lambda name=name: invalid(name), timeout=60)
         job = cluster.get("anarchonjob", name)
         cond = next(c for c in job["status"]["conditions"] if c["type"] == "Invalid")
         assert expected in cond["message"]
     assert cluster.events("InvalidSpec")
-    cluster.wait(lambda: cluster.phases("good")["Succeeded"] >= 2, timeout=120, what="the good job to keep running")
+    until("the good job to keep running", lambda: cluster.phases("good")["Succeeded"] >= 2, timeout=120)
     assert replicas.procs["replica-0"].poll() is None
 
 
@@ -169,9 +170,9 @@ def test_claim_only_store_runs_allow_jobs_and_refuses_lease_policies(
         conds = {c["type"]: c for c in (job.get("status") or {}).get("conditions") or []}
         return conds.get("Invalid", {}).get("message", "") if conds.get("Invalid", {}).get("status") == "True" else ""
 
-    message = cluster.wait(refused, timeout=60, what="the claim-only refusal")
+    message = until("the claim-only refusal", refused, timeout=60)
     assert "claim-only" in message and "overlap=Skip" in message
-    cluster.wait(lambda: cluster.phases("plain")["Succeeded"] >= 3, timeout=90, what="runs on a claim-only store")
+    until("runs on a claim-only store", lambda: cluster.phases("plain")["Succeeded"] >= 3, timeout=90)
     pods = cluster.pods("anarchon.io/job=plain")
     per_run = Counter(p["metadata"]["labels"]["anarchon.io/run"] for p in pods)
     assert max(per_run.values()) == 1

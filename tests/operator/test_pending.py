@@ -11,7 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 SLOT = 1_800_000_000_000
 
@@ -38,13 +39,13 @@ def test_a_pod_stuck_pending_is_shown_then_failed_at_pending_timeout(
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(_stuck_job("stuck", {"anarchon.test/pool": "nowhere"}, pendingTimeout="8s"))
-    cluster.wait(lambda: cluster.get("anarchonjob", "stuck").get("status"), timeout=60, what="the job's status")
+    until("the job's status", lambda: cluster.get("anarchonjob", "stuck").get("status"), timeout=60)
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "stuck", f"anarchon.io/trigger={SLOT}")
 
-    run = cluster.wait(
+    run = until(
+        "the run to say why its Pod waits",
         lambda: (r := _run(cluster, "stuck")) and (r.get("status") or {}).get("reason") and r,
         timeout=30,
-        what="the run to say why its Pod waits",
     )
     status = run["status"]
     assert status["phase"] == "Running" and status["reason"] == "Unschedulable", status
@@ -55,10 +56,10 @@ def test_a_pod_stuck_pending_is_shown_then_failed_at_pending_timeout(
     pod = status["podName"]
     assert cluster.get("pod", pod)["status"]["phase"] == "Pending"
 
-    run = cluster.wait(
+    run = until(
+        "the run to fail at pendingTimeout",
         lambda: (r := _run(cluster, "stuck")) and (r.get("status") or {}).get("phase") == "Failed" and r,
         timeout=60,
-        what="the run to fail at pendingTimeout",
     )
     status = run["status"]
     assert status["reason"] == "PendingTimeout", status
@@ -67,7 +68,7 @@ def test_a_pod_stuck_pending_is_shown_then_failed_at_pending_timeout(
     assert status["attempt"] == 1 and status["finishTime"], status  # a failure, not an interruption: no retry
     assert _condition(run)["status"] == "False" and _condition(run)["reason"] == "PendingTimeout"
     started = time.time()
-    cluster.wait(lambda: cluster.get("pod", pod) is None, timeout=30, what="the stuck Pod to be deleted")
+    until("the stuck Pod to be deleted", lambda: cluster.get("pod", pod) is None, timeout=30)
     assert time.time() - started < 30
     assert any("pendingTimeout" in e["message"] for e in cluster.events("PendingTimeout"))
     time.sleep(3)
@@ -82,19 +83,19 @@ def test_a_pod_that_gets_a_node_clears_its_pending_reason(cluster: Cluster, repl
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(_stuck_job("late", {"anarchon.test/pool": pool}))
-    cluster.wait(lambda: cluster.get("anarchonjob", "late").get("status"), timeout=60, what="the job's status")
+    until("the job's status", lambda: cluster.get("anarchonjob", "late").get("status"), timeout=60)
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "late", f"anarchon.io/trigger={SLOT}")
-    cluster.wait(
+    until(
+        "the run to say its Pod is unschedulable",
         lambda: (_run(cluster, "late").get("status") or {}).get("reason") == "Unschedulable",
         timeout=30,
-        what="the run to say its Pod is unschedulable",
     )
     try:
         cluster.kubectl("label", "node", "kwok-node-0", f"anarchon.test/pool={pool}")
-        run = cluster.wait(
+        run = until(
+            "the run to succeed once a node fits",
             lambda: (r := _run(cluster, "late")) and (r.get("status") or {}).get("phase") == "Succeeded" and r,
             timeout=90,
-            what="the run to succeed once a node fits",
         )
     finally:
         cluster.kubectl("label", "node", "kwok-node-0", "anarchon.test/pool-", check=False)

@@ -17,9 +17,10 @@ from typing import Any
 
 from anarchon.kube.spec import run_name
 from anarchon.kube.triggers import pending_requests
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.controlplane import REPO
+from tests.harness.until import until
 from tests.servers.redis import RedisServer, free_port
-
-from .conftest import REPO, Cluster, Replicas, job_manifest
 
 
 def _live_pods(cluster: Cluster, job: str) -> list[dict]:
@@ -56,7 +57,7 @@ def test_overlap_allow_runs_side_by_side(cluster: Cluster, replicas_factory, tmp
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(job_manifest("together", every="2s", overlap="Allow", annotations={"anarchon.test/run-seconds": "6"}))
-    cluster.wait(lambda: len(_live_pods(cluster, "together")) >= 2, timeout=90, what="two runs at once")
+    until("two runs at once", lambda: len(_live_pods(cluster, "together")) >= 2, timeout=90)
     assert cluster.phases("together")["Skipped"] == 0
 
 
@@ -81,7 +82,7 @@ def test_overlap_replace_stops_the_older_run(cluster: Cluster, replicas_factory,
             if (r.get("status") or {}).get("phase") == "Interrupted" and "replaced" in r["status"].get("message", "")
         ]
 
-    cluster.wait(lambda: len(replaced()) >= 2, timeout=90, what="two replaced runs")
+    until("two replaced runs", lambda: len(replaced()) >= 2, timeout=90)
     time.sleep(2)
     assert len(_live_pods(cluster, "replacer")) <= 1
     assert cluster.events("Replaced")
@@ -97,7 +98,7 @@ def test_suspend_and_resume(cluster: Cluster, replicas_factory, tmp_path: Path) 
     ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Suspended")
     cluster.kubectl("patch", "anarchonjob", "sleepy", "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    cluster.wait(lambda: cluster.phases("sleepy")["Succeeded"] >= 2, timeout=60, what="runs after resume")
+    until("runs after resume", lambda: cluster.phases("sleepy")["Succeeded"] >= 2, timeout=60)
 
 
 def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factory, tmp_path: Path) -> None:
@@ -114,11 +115,11 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
             successfulRunsHistoryLimit=50,
         )
     )
-    cluster.wait(lambda: cluster.phases("catcher")["Succeeded"] >= 1, timeout=60, what="a first run")
-    cluster.wait(
+    until("a first run", lambda: cluster.phases("catcher")["Succeeded"] >= 1, timeout=60)
+    until(
+        "no run in flight",
         lambda: not [r for r in cluster.runs("catcher") if (r.get("status") or {}).get("phase") == "Running"],
         timeout=30,
-        what="no run in flight",
     )
     replicas.kill("replica-0", signal.SIGTERM)
     replicas.kill("replica-1", signal.SIGTERM)
@@ -126,7 +127,8 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
     time.sleep(10)  # 3 or more slots pass with nobody up
     restarted_ms = int(time.time() * 1000)
     replicas.start("replica-2")
-    cluster.wait(
+    until(
+        "the missed slots to be caught up",
         lambda: (
             len(
                 [
@@ -138,7 +140,6 @@ def test_catch_up_after_every_replica_was_down(cluster: Cluster, replicas_factor
             >= 3
         ),
         timeout=90,
-        what="the missed slots to be caught up",
     )
     slots = sorted(int(r["spec"]["slot"]) for r in cluster.runs("catcher"))
     assert all(b - a == 3000 for a, b in itertools.pairwise(slots)), "every slot once, none lost"
@@ -158,15 +159,15 @@ def test_frozen_runner_is_fenced_and_the_pod_adopted(cluster: Cluster, replicas_
     run = cluster.trigger_running("frozen")
     runner = run["status"]["instance"]
     replicas.kill(runner, signal.SIGSTOP)
-    taken = cluster.wait(
+    taken = until(
+        "attempt 2",
         lambda: [r for r in cluster.runs("frozen") if (r.get("status") or {}).get("attempt", 0) >= 2],
         timeout=60,
-        what="attempt 2",
     )[0]
     assert taken["status"]["podName"] == run["status"]["podName"]
     replicas.kill(runner, signal.SIGCONT)
-    cluster.wait(lambda: "fenced" in replicas.log(runner), timeout=30, what="the woken runner to be fenced")
-    cluster.wait(lambda: cluster.phases("frozen")["Succeeded"] == 1, timeout=60, what="the run to succeed")
+    until("the woken runner to be fenced", lambda: "fenced" in replicas.log(runner), timeout=30)
+    until("the run to succeed", lambda: cluster.phases("frozen")["Succeeded"] == 1, timeout=60)
     final = cluster.runs("frozen")[0]["status"]
     assert final["attempt"] == 2 and final["instance"] != runner
     assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1
@@ -176,17 +177,17 @@ def test_history_limits_delete_old_runs_and_pods(cluster: Cluster, replicas_fact
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(job_manifest("short", every="1s", successfulRunsHistoryLimit=2, failedRunsHistoryLimit=0))
-    cluster.wait(lambda: cluster.phases("short")["Succeeded"] >= 2, timeout=60, what="runs")
+    until("runs", lambda: cluster.phases("short")["Succeeded"] >= 2, timeout=60)
     time.sleep(8)  # about 8 runs more: without the limits, 10 Succeeded
     # The limit, plus one finishing right now; the status refresh that enforces it gathers a
     # job's changes for a second after a run ended (status.REFRESH_AFTER_END_S).
-    cluster.wait(lambda: cluster.phases("short")["Succeeded"] <= 3, timeout=30, what="the history at its limit")
+    until("the history at its limit", lambda: cluster.phases("short")["Succeeded"] <= 3, timeout=30)
     job = cluster.get("anarchonjob", "short")
     assert job["status"]["lastSuccessfulTime"]
-    cluster.wait(
+    until(
+        "old Pods to be garbage-collected with their runs",
         lambda: len(cluster.pods("anarchon.io/job=short")) <= 4,
         timeout=60,
-        what="old Pods to be garbage-collected with their runs",
     )
 
 
@@ -194,7 +195,7 @@ def test_cron_with_time_zone(cluster: Cluster, replicas_factory, tmp_path: Path)
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("replica-0")
     cluster.apply(job_manifest("zoned", every=None, cron="*/3 * * * * *", tz="Asia/Kolkata"))
-    cluster.wait(lambda: cluster.phases("zoned")["Succeeded"] >= 2, timeout=60, what="cron runs")
+    until("cron runs", lambda: cluster.phases("zoned")["Succeeded"] >= 2, timeout=60)
     slots = [int(r["spec"]["slot"]) for r in cluster.runs("zoned")]
     assert all(s % 3000 == 0 for s in slots)
     job = cluster.get("anarchonjob", "zoned")
@@ -202,13 +203,13 @@ def test_cron_with_time_zone(cluster: Cluster, replicas_factory, tmp_path: Path)
     assert job["status"]["schedule"] == "*/3 * * * * * Asia/Kolkata"
     # Seconds do not depend on the zone; 08:00 does: the next one is 08:00 in Kolkata (02:30 UTC).
     cluster.apply(job_manifest("morning", every=None, cron="0 8 * * *", tz="Asia/Kolkata"))
-    status = cluster.wait(
+    status = until(
+        "the next 08:00",
         lambda: (
             (cluster.get("anarchonjob", "morning").get("status") or {}).get("nextScheduleTime")
             and cluster.get("anarchonjob", "morning")["status"]
         ),
         timeout=60,
-        what="the next 08:00",
     )
     nxt = datetime.fromisoformat(status["nextScheduleTime"].replace("Z", "+00:00"))
     assert (nxt.hour, nxt.minute) == (2, 30) and status["schedule"] == "0 8 * * * Asia/Kolkata", status
@@ -236,13 +237,13 @@ def test_metrics_liveness_and_readiness_endpoints(cluster: Cluster, replicas_fac
     replicas: Replicas = replicas_factory(f"sqlite://{tmp_path / 's.db'}")
     replicas.start("metrics-0", "--metrics-port", str(metrics), "--health-port", str(health))
     cluster.apply(job_manifest("measured", every="1s"))
-    cluster.wait(lambda: cluster.phases("measured")["Succeeded"] >= 2, timeout=60, what="runs")
+    until("runs", lambda: cluster.phases("measured")["Succeeded"] >= 2, timeout=60)
 
     def scrape() -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as rsp:
             return str(rsp.read().decode())
 
-    text = cluster.wait(lambda: "anarchon_runs_total" in (t := scrape()) and t, timeout=30, what="metrics")
+    text = until("metrics", lambda: "anarchon_runs_total" in (t := scrape()) and t, timeout=30)
     assert 'anarchon_claims_total{result="won"}' in text
     assert "anarchon_slot_claim_skew_seconds_bucket" in text
     assert 'anarchon_runs_total{outcome="Succeeded"}' in text
@@ -262,7 +263,7 @@ def test_replica_without_its_store_is_alive_but_not_ready(cluster: Cluster, repl
     replicas: Replicas = replicas_factory(store.url)
     proc = replicas.start("waiting-0", "--health-port", str(health))
     try:
-        status, body = cluster.wait(lambda: _answer(health, "/readyz"), timeout=60, what="the readiness endpoint")
+        status, body = until("the readiness endpoint", lambda: _answer(health, "/readyz"), timeout=60)
         assert status == 503 and body["ready"] is False and body["store"] == "redis", body
         assert "refused" in body["error"].lower() or "connect" in body["error"].lower(), body
         assert _get(health, "/healthz")[0] == 200
@@ -270,9 +271,9 @@ def test_replica_without_its_store_is_alive_but_not_ready(cluster: Cluster, repl
         assert proc.poll() is None, "the replica must wait for its store, not exit"
         assert _get(health, "/readyz")[0] == 503
         store.start()
-        cluster.wait(lambda: _get(health, "/readyz")[0] == 200, timeout=60, what="ready once the store is up")
+        until("ready once the store is up", lambda: _get(health, "/readyz")[0] == 200, timeout=60)
         cluster.apply(job_manifest("late", every="1s"))
-        cluster.wait(lambda: cluster.phases("late")["Succeeded"] >= 1, timeout=60, what="runs once ready")
+        until("runs once ready", lambda: cluster.phases("late")["Succeeded"] >= 1, timeout=60)
     finally:
         replicas.stop_all()
         store.stop()
@@ -302,7 +303,7 @@ def test_cli_trigger_runs_once_even_after_a_restart(
     replicas.start("replica-0")
     # Allow: with Skip, a manual run due while a scheduled one is active would be Skipped.
     cluster.apply(job_manifest("once", every="1s", overlap="Allow", successfulRunsHistoryLimit=1))
-    cluster.wait(lambda: cluster.phases("once")["Succeeded"] >= 1, timeout=60, what="scheduled runs")
+    until("scheduled runs", lambda: cluster.phases("once")["Succeeded"] >= 1, timeout=60)
     kubeconfig = str(control_plane.kubeconfig)
     missing = _anarchon("trigger", "nosuchjob", "-n", namespace, "--kubeconfig", kubeconfig)
     assert missing.returncode == 1 and "no AnarchonJob 'nosuchjob'" in missing.stderr, missing
@@ -317,16 +318,16 @@ def test_cli_trigger_runs_once_even_after_a_restart(
 
     # Its AnarchonRun may be gone again within a second (history limit 1): the log is the record.
     succeeded = f"@{slot} attempt 1: Succeeded"
-    cluster.wait(lambda: succeeded in replicas.log("replica-0"), timeout=60, what="the triggered run to succeed")
+    until("the triggered run to succeed", lambda: succeeded in replicas.log("replica-0"), timeout=60)
     assert pending_requests(cluster.get("anarchonjob", "once")["metadata"]["annotations"]) == {}
-    cluster.wait(lambda: manual not in names(), timeout=60, what="the history limit to delete the manual run")
+    until("the history limit to delete the manual run", lambda: manual not in names(), timeout=60)
 
     replicas.kill("replica-0")
     replicas.start("replica-1")
-    cluster.wait(
+    until(
+        "runs by the new replica",
         lambda: any((r.get("status") or {}).get("instance") == "replica-1" for r in cluster.runs("once")),
         timeout=60,
-        what="runs by the new replica",
     )
     time.sleep(3)
     assert f"@{slot} attempt" not in replicas.log("replica-1"), "the old trigger ran again after the restart"

@@ -30,8 +30,8 @@ from anarchon.engine import Every
 from anarchon.engine import limits as L
 from anarchon.kube.spec import JobSpec, SpecError, parse_job, schedule_column
 from anarchon.kube.triggers import NOW, parse_trigger
-
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 SETTINGS = settings(
     derandomize=True,
@@ -144,14 +144,14 @@ def watched(
             pytest.fail(f"the operator exited with {proc.returncode}:\n{replicas.log('replica-0')[-4000:]}")
 
     cluster.apply(job_manifest("steady", every="2s", successfulRunsHistoryLimit=100))
-    cluster.wait(lambda: cluster.phases("steady")["Succeeded"] >= 1, timeout=90, what="the steady job's first run")
+    until("the steady job's first run", lambda: cluster.phases("steady")["Succeeded"] >= 1, timeout=90)
     before = cluster.phases("steady")["Succeeded"]
     started = time.monotonic()
     yield alive
     alive()
     # Every 2 s for the whole test: at least a third of the slots succeeded (a slow machine).
     expected = before + max(2, int((time.monotonic() - started) / 2 / 3))
-    cluster.wait(lambda: cluster.phases("steady")["Succeeded"] >= expected, timeout=60, what=f"{expected} steady runs")
+    until(f"{expected} steady runs", lambda: cluster.phases("steady")["Succeeded"] >= expected, timeout=60)
     log = replicas.log("replica-0")
     assert "Traceback" not in log and "failed; will retry" not in log, log[-4000:]
 
@@ -202,7 +202,7 @@ def test_generated_specs_are_admitted_and_run_or_refused_with_the_field_named(
                     return job
                 return None
 
-            job = cluster.wait(decided, timeout=60, what=f"the operator to decide on {name}: {spec}")
+            job = until(f"the operator to decide on {name}: {spec}", decided, timeout=60)
             conds = _conditions(job)
             if problems is None:
                 assert parsed is not None
@@ -257,10 +257,10 @@ def test_generated_trigger_annotations_run_once_or_are_refused_and_always_handle
     # as it ends, and the check below could miss it (seen in CI).
     limits = {"successfulRunsHistoryLimit": 100, "failedRunsHistoryLimit": 100}
     cluster.apply(job_manifest("trig", every="1h", suspend=True, **limits))
-    cluster.wait(
+    until(
+        "the trigger job to be scheduled",
         lambda: ((cluster.get("anarchonjob", "trig") or {}).get("status") or {}).get("schedule") == "every 1h",
         timeout=60,
-        what="the trigger job to be scheduled",
     )
     outcomes = {"run": 0, "refused": 0}
 
@@ -284,15 +284,11 @@ def test_generated_trigger_annotations_run_once_or_are_refused_and_always_handle
             marked = annotations.get("anarchon.io/trigger-handled") == trigger
             return marked and (value.strip() == NOW or trigger == value)
 
-        cluster.wait(handled, timeout=60, what=f"trigger {value!r} to be marked handled")
+        until(f"trigger {value!r} to be marked handled", handled, timeout=60)
         if value.strip() == NOW:
             outcomes["run"] += 1
             # A replica set the time it saw it, then claimed that slot: a new run.
-            cluster.wait(
-                lambda: {int(r["spec"]["slot"]) for r in cluster.runs("trig")} - before,
-                timeout=60,
-                what="the run of now",
-            )
+            until("the run of now", lambda: {int(r["spec"]["slot"]) for r in cluster.runs("trig")} - before, timeout=60)
         elif slot is None:
             outcomes["refused"] += 1
             shown = repr(value if len(value) <= 60 else value[:57] + "...")
@@ -301,10 +297,10 @@ def test_generated_trigger_annotations_run_once_or_are_refused_and_always_handle
         else:
             outcomes["run"] += 1
             # Claimed before it is marked handled; its AnarchonRun (Skipped if one is active) follows.
-            cluster.wait(
+            until(
+                f"the run of slot {slot}",
                 lambda: any(int(r["spec"]["slot"]) == slot for r in cluster.runs("trig")),
                 timeout=60,
-                what=f"the run of slot {slot}",
             )
         watched()
 
@@ -313,8 +309,8 @@ def test_generated_trigger_annotations_run_once_or_are_refused_and_always_handle
     assert all(outcomes.values()), outcomes
     # The job's handler is still free: an edit is taken up.
     cluster.apply(job_manifest("trig", every="2h", suspend=True, **limits))
-    cluster.wait(
+    until(
+        "an edit after the generated triggers",
         lambda: ((cluster.get("anarchonjob", "trig") or {}).get("status") or {}).get("schedule") == "every 2h",
         timeout=60,
-        what="an edit after the generated triggers",
     )

@@ -4,20 +4,11 @@ the exit code a container really returns decides the run's phase."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from realnode import NODE_NAME, pod_spec_for_real_node
+from realnode import NODE_NAME
 
-from tests.operator.conftest import Cluster, Replicas, job_manifest
-
-
-def real_job(name: str, image: str, script: str) -> dict[str, Any]:
-    """A suspended job (runs only when triggered) whose container runs ``script`` on the real node."""
-    manifest = job_manifest(name, every="1h", suspend=True)
-    spec = manifest["spec"]["template"]["spec"]
-    spec.update(pod_spec_for_real_node())
-    spec["containers"] = [{"name": "main", "image": image, "command": ["sh", "-c", script]}]
-    return manifest
+from tests.harness.cluster import Cluster, Replicas, real_job
+from tests.harness.until import until
 
 
 def test_containers_really_run_and_their_exit_code_decides_the_run(
@@ -29,8 +20,8 @@ def test_containers_really_run_and_their_exit_code_decides_the_run(
     cluster.apply(real_job("three", real_node, "exit 3"))
     for job in ("ok", "three"):
         cluster.kubectl("annotate", "--overwrite", "anarchonjob", job, "anarchon.io/trigger=1800000000000")
-    cluster.wait(lambda: cluster.phases("ok")["Succeeded"] == 1, timeout=120, what="the exit-0 run to succeed")
-    cluster.wait(lambda: cluster.phases("three")["Failed"] == 1, timeout=120, what="the exit-3 run to fail")
+    until("the exit-0 run to succeed", lambda: cluster.phases("ok")["Succeeded"] == 1, timeout=120)
+    until("the exit-3 run to fail", lambda: cluster.phases("three")["Failed"] == 1, timeout=120)
     assert "code 3" in cluster.runs("three")[0]["status"]["message"]
 
     # The kubelet ran them, not KWOK: its node, its container IDs, the real exit codes and output.
@@ -58,16 +49,16 @@ def test_an_image_that_does_not_exist_shows_on_the_run_and_fails_it_at_pending_t
     cluster.apply(job)
     cluster.kubectl("annotate", "--overwrite", "anarchonjob", "noimage", "anarchon.io/trigger=1800000000000")
     pull_failures = {"ErrImagePull", "ImagePullBackOff"}
-    waiting = cluster.wait(
+    waiting = until(
+        "the run to show the pull failure",
         lambda: [r for r in cluster.runs("noimage") if (r.get("status") or {}).get("reason") in pull_failures],
         timeout=60,
-        what="the run to show the pull failure",
     )[0]["status"]
     assert waiting["phase"] == "Running" and "does-not-exist" in waiting["message"], waiting
-    failed = cluster.wait(
+    failed = until(
+        "the run to fail at pendingTimeout",
         lambda: [r for r in cluster.runs("noimage") if (r.get("status") or {}).get("phase") == "Failed"],
         timeout=60,
-        what="the run to fail at pendingTimeout",
     )[0]["status"]
     assert failed["reason"] == "PendingTimeout" and failed["attempt"] == 1, failed
     assert any(reason in failed["message"] for reason in pull_failures), failed

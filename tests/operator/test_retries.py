@@ -21,9 +21,9 @@ from anarchon.kube.run import record as runs
 from anarchon.kube.run.replaced import end_replaced
 from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, pod_name, run_name
-
-from .conftest import Cluster, Replicas, job_manifest
-from .test_runner_fencing import SLOT, attempt
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.runs import SLOT, attempt
+from tests.harness.until import until
 
 
 def _t(text: str) -> datetime:
@@ -46,10 +46,10 @@ def _finished_at(pod: dict[str, Any]) -> datetime:
 
 def _ended(cluster: Cluster, job: str) -> dict[str, Any]:
     return dict(
-        cluster.wait(
+        until(
+            f"the run of {job} to end",
             lambda: [r for r in cluster.runs(job) if (r.get("status") or {}).get("finishTime")],
             timeout=120,
-            what=f"the run of {job} to end",
         )[0]
     )
 
@@ -97,10 +97,10 @@ def test_fail_fail_succeed_ends_succeeded_after_three_tries_with_growing_backoff
     total = (_finished_at(pods[3]) - _t(pods[1]["metadata"]["creationTimestamp"])).total_seconds()
     assert total > 6, f"the run took {total} s: the timeout was not put to the test"
     # Repeats of an Event are aggregated (count), as Kubernetes does: two failed tries count 2.
-    cluster.wait(
+    until(
+        "a TryFailed Event per failed try",
         lambda: sum(int(e.get("count") or 1) for e in cluster.events("TryFailed")) == 2,
         timeout=30,
-        what="a TryFailed Event per failed try",
     )
 
 
@@ -123,10 +123,10 @@ def test_the_last_failed_try_fails_the_run(cluster: Cluster, replicas_factory, t
     assert status["message"] == "failed after 2 tries: container main exited with code 3 (Error)", status
     assert [(t["try"], t["outcome"]) for t in status["tries"]] == [(1, "Failed"), (2, "Failed")]
     assert sorted(_pods_by_try(cluster, name)) == [1, 2], "no third Pod past the limit"
-    cluster.wait(
+    until(
+        "the RunFailed Event",
         lambda: any("failed after 2 tries" in e["message"] for e in cluster.events("RunFailed")),
         timeout=30,
-        what="the RunFailed Event",
     )
     time.sleep(3)  # longer than the next backoff would be: nothing more is launched
     assert sorted(_pods_by_try(cluster, name)) == [1, 2]
@@ -152,10 +152,10 @@ def test_a_backup_launches_the_next_try_after_the_runner_died_in_the_backoff(
         )
     )
     cluster.trigger_running("again")
-    waiting = cluster.wait(
+    waiting = until(
+        "the backoff after the first try",
         lambda: [r for r in cluster.runs("again") if (r.get("status") or {}).get("nextTryTime")],
         timeout=60,
-        what="the backoff after the first try",
     )[0]
     name, runner = waiting["metadata"]["name"], waiting["status"]["instance"]
     assert waiting["status"]["try"] == 2 and waiting["status"]["phase"] == "Running"
@@ -202,10 +202,10 @@ def test_a_runner_stopped_in_the_backoff_hands_the_next_try_over(
         )
     )
     cluster.trigger_running("rolled")
-    waiting = cluster.wait(
+    waiting = until(
+        "the backoff after the first try",
         lambda: [r for r in cluster.runs("rolled") if (r.get("status") or {}).get("nextTryTime")],
         timeout=60,
-        what="the backoff after the first try",
     )[0]
     name, runner = waiting["metadata"]["name"], waiting["status"]["instance"]
     replicas.kill(runner, signal.SIGTERM)
@@ -246,10 +246,10 @@ async def _first_try_failed(cluster: Cluster, kube: Kube, job: str) -> tuple[Job
     )
     first, _ = await create_pod(kube, body)
     await asyncio.to_thread(
-        cluster.wait,
-        lambda: (cluster.get("pod", name) or {}).get("status", {}).get("phase") == "Failed",
-        30,
+        until,
         "try 1's Pod to fail",
+        lambda: (cluster.get("pod", name) or {}).get("status", {}).get("phase") == "Failed",
+        timeout=30,
     )
     return spec, first
 

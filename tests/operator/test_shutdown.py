@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 import time
 
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 
 def test_sigterm_hands_the_running_run_over_without_using_an_attempt(
@@ -36,10 +37,10 @@ def test_sigterm_hands_the_running_run_over_without_using_an_attempt(
     signalled_at = time.monotonic()
     replicas.kill(runner, signal.SIGTERM)
     assert replicas.procs[runner].returncode == 0
-    taken = cluster.wait(
+    taken = until(
+        "attempt 2 by the other replica",
         lambda: [r for r in cluster.runs("rolling") if (r.get("status") or {}).get("attempt", 0) >= 2],
         timeout=60,
-        what="attempt 2 by the other replica",
     )[0]
     handed_over_s = time.monotonic() - signalled_at
     # The backup knows the run (it saw the trigger) and looks every ½-1 heartbeat; without the
@@ -48,10 +49,10 @@ def test_sigterm_hands_the_running_run_over_without_using_an_attempt(
     assert handed_over_s < 2 * heartbeat_s + 3 < lease_s, f"hand-over took {handed_over_s:.1f}s"
     assert taken["status"]["podName"] == run["status"]["podName"], "the running Pod must be adopted"
     assert "handing running attempts over" in replicas.log(runner)
-    final = cluster.wait(
+    final = until(
+        "the run to end",
         lambda: [r["status"] for r in cluster.runs("rolling") if (r.get("status") or {}).get("finishTime")],
         timeout=60,
-        what="the run to end",
     )[0]
     assert final["phase"] == "Succeeded", final
     assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1

@@ -21,10 +21,9 @@ from anarchon.kube.client import Kube
 from anarchon.kube.events import EventPoster
 from anarchon.kube.spec import parse_job
 from anarchon.kube.status import JobStatus
-from tests.engine.harness import wait_for
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-
-from .conftest import Cluster, job_manifest
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.until import until_async
 
 HOUR = 3_600_000
 SLOTS = [1_800_000_000_000 + k * HOUR for k in range(3)]
@@ -35,13 +34,12 @@ def _missed(cluster: Cluster) -> list[dict[str, Any]]:
     return list((cluster.get("anarchonjob", "hourly").get("status") or {}).get("missed") or [])
 
 
-async def _until(cluster: Cluster, timeout_s: float) -> list[dict[str, Any]]:
+async def _windows(cluster: Cluster) -> list[dict[str, Any]]:
     """The job's missed windows once it has some (read off the event loop: the writer runs on it)."""
-    for _ in range(int(timeout_s / 0.2)):
-        if windows := await asyncio.to_thread(_missed, cluster):
-            return windows
-        await asyncio.sleep(0.2)
-    return []
+    windows: list[dict[str, Any]] = await until_async(
+        "the missed window in the job's status", lambda: asyncio.to_thread(_missed, cluster), interval=0.2
+    )
+    return windows
 
 
 async def test_a_missed_window_whose_status_write_failed_is_written_again(
@@ -64,10 +62,10 @@ async def test_a_missed_window_whose_status_write_failed_is_written_again(
     try:
         with caplog.at_level(logging.WARNING, logger="anarchon"):
             await status.note_missed(spec, SLOTS, "missed while no instance ran: catch-up policy None runs 0 of 3")
-            await wait_for(lambda: "status refresh of" in caplog.text, 60, "the refresh to give up")
+            await until_async("the refresh to give up", lambda: "status refresh of" in caplog.text, timeout=60)
         assert "status refresh of" in caplog.text and outage.fired >= 2, "the write was tried, refused, given up"
         proxy.remove(outage)
-        (window,) = await _until(cluster, 30)
+        (window,) = await _windows(cluster)
         assert (window["count"], window["reason"]) == (3, "NoReplica"), window
     finally:
         await status.flush()
@@ -84,7 +82,7 @@ async def test_a_missed_windows_write_whose_reply_was_lost_is_written_once(
     lost = proxy.add(Fault("lost_reply", times=1, **JOB_STATUS))
     try:
         await status.note_missed(spec, SLOTS, "missed while no instance ran: catch-up policy None runs 0 of 3")
-        (window,) = await _until(cluster, 30)
+        (window,) = await _windows(cluster)
         assert lost.fired == 1
         assert window["count"] == 3, window
     finally:

@@ -14,8 +14,8 @@ from typing import Any
 
 from anarchon.kube.triggers import pending_requests
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 SLOT = 1_800_000_000_000
 #: The replicas' writes of trigger requests: patches of the job itself (its status is a subresource).
@@ -42,7 +42,7 @@ def test_a_request_runs_once_whatever_fails_between_its_claim_and_its_removal(
         refused = proxy.add(Fault("status", code=503, **REMOVAL))
         replicas.start("replica-0", *through)
         cluster.kubectl("annotate", "anarchonjob", "faulty", f"anarchon.io/trigger.first={SLOT}")
-        cluster.wait(lambda: phases() == {SLOT: "Succeeded"}, timeout=60, what="the first request's run")
+        until("the first request's run", lambda: phases() == {SLOT: "Succeeded"}, timeout=60)
         assert refused.fired >= 1 and requests() == {"anarchon.io/trigger.first": str(SLOT)}
         replicas.kill("replica-0")  # claimed and ran it, never removed it
 
@@ -50,10 +50,8 @@ def test_a_request_runs_once_whatever_fails_between_its_claim_and_its_removal(
         lost = proxy.add(Fault("lost_reply", times=1, **REMOVAL))
         cluster.kubectl("annotate", "anarchonjob", "faulty", f"anarchon.io/trigger.second={SLOT + 1_000}")
         replicas.start("replica-1", *through)
-        cluster.wait(lambda: requests() == {}, timeout=60, what="both requests removed")
-        cluster.wait(
-            lambda: phases() == {SLOT: "Succeeded", SLOT + 1_000: "Succeeded"}, timeout=60, what="the second run"
-        )
+        until("both requests removed", lambda: requests() == {}, timeout=60)
+        until("the second run", lambda: phases() == {SLOT: "Succeeded", SLOT + 1_000: "Succeeded"}, timeout=60)
         assert lost.fired == 1
     time.sleep(1)  # nothing more comes
     runs = cluster.runs("faulty")

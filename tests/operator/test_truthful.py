@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from tests.faults.apiproxy import ApiFaultProxy, Fault
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 from tests.servers.redis import RedisServer
 from tests.servers.redis import start_or_fail as start_redis_or_fail
-
-from .conftest import Cluster, Replicas, job_manifest
 
 RUN_SECONDS = "anarchon.test/run-seconds"
 
@@ -37,10 +37,10 @@ def _live(pod: dict[str, Any]) -> bool:
 
 def _runner_of(cluster: Cluster, job: str, attempt: int) -> str:
     """The replica running attempt ``attempt`` (or later) of the job's one run, once it has started."""
-    run = cluster.wait(
+    run = until(
+        f"attempt {attempt} of {job}",
         lambda: [r for r in cluster.runs(job) if int(_status(r).get("attempt") or 0) >= attempt],
         timeout=60,
-        what=f"attempt {attempt} of {job}",
     )[0]
     return str(_status(run)["instance"])
 
@@ -66,10 +66,10 @@ def test_takeovers_that_adopt_the_live_pod_do_not_use_up_max_attempts(
         replicas.kill(runner, signal.SIGKILL)
         replicas.start(runner)
     _runner_of(cluster, "longpod", 3)
-    final = cluster.wait(
+    final = until(
+        "the run to end",
         lambda: [s for r in cluster.runs("longpod") if (s := _status(r)).get("finishTime")],
         timeout=90,
-        what="the run to end",
     )[0]
     assert final["phase"] == "Succeeded", final
     assert final["attempt"] >= 3 and final["takeovers"] >= 2, final
@@ -103,10 +103,10 @@ def test_a_pod_past_its_timeout_is_stopped_before_the_run_is_failed(
         assert _status(cluster.runs("slowpod")[0])["phase"] == "Running", "not Failed while the Pod lives"
         assert [p for p in cluster.pods(f"anarchon.io/run={name}") if _live(p)], "the Pod lives on meanwhile"
         proxy.clear()
-        final = cluster.wait(
+        final = until(
+            "the run to end",
             lambda: [s for r in cluster.runs("slowpod") if (s := _status(r)).get("finishTime")],
             timeout=60,
-            what="the run to end",
         )[0]
         assert (final["phase"], final.get("reason")) == ("Failed", "DeadlineExceeded"), final
         assert "ran past timeout (3s)" in final["message"], final
@@ -145,10 +145,10 @@ def test_a_store_restarted_empty_neither_launches_beside_a_live_pod_nor_leaves_a
     cluster.apply(
         job_manifest("forgotten", every="5s", overlap="Skip", annotations={"anarchon.test/run-seconds": "30"})
     )
-    first = cluster.wait(
+    first = until(
+        "a running run",
         lambda: [r for r in cluster.runs("forgotten") if _status(r).get("phase") == "Running"],
         timeout=60,
-        what="a running run",
     )[0]
     name = first["metadata"]["name"]
 
@@ -157,7 +157,7 @@ def test_a_store_restarted_empty_neither_launches_beside_a_live_pod_nor_leaves_a
 
     replicas.kill(str(first["status"]["instance"]), signal.SIGKILL)
     replicas.start(str(first["status"]["instance"]))
-    cluster.wait(lambda: attempt_of_first() >= 2, timeout=30, what="attempt 2 adopting the Pod")
+    until("attempt 2 adopting the Pod", lambda: attempt_of_first() >= 2, timeout=30)
     runner = str(_status(cluster.get("anarchonrun", name))["instance"])
     replicas.kill(runner, signal.SIGKILL)
     forgetful_redis.restart()
@@ -167,10 +167,10 @@ def test_a_store_restarted_empty_neither_launches_beside_a_live_pod_nor_leaves_a
         live = [p["metadata"]["name"] for p in cluster.pods("anarchon.io/job=forgotten") if _live(p)]
         assert len(live) <= 1, f"a slot launched beside the live Pod: {live}"
         time.sleep(0.5)
-    final = cluster.wait(
+    final = until(
+        "the forgotten run to end",
         lambda: s if (s := _status(cluster.get("anarchonrun", name))).get("finishTime") else None,
         timeout=90,
-        what="the forgotten run to end",
     )
     assert final["phase"] == "Succeeded", final
     numbers = [a["attempt"] for a in final["attempts"]]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 SLOT = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 
@@ -63,7 +64,7 @@ def test_the_pod_knows_its_run_and_a_relaunched_pod_has_a_greater_token(
         pod = cluster.get("pod", name)
         return pod if pod and pod["metadata"]["uid"] != first["metadata"]["uid"] else None
 
-    second = cluster.wait(relaunched, timeout=60, what="the Pod launched again")
+    second = until("the Pod launched again", relaunched, timeout=60)
     again = env_of(second, "main")
     assert again["ANARCHON_ATTEMPT"] == "2" and second["metadata"]["labels"]["anarchon.io/attempt"] == "2"
     assert int(again["ANARCHON_FENCING_TOKEN"]) > token

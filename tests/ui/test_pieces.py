@@ -12,7 +12,7 @@ from anarchon.engine.schedule import Cron, every
 from anarchon.kube.spec import slot_time
 from anarchon.ui.timeline import Row, span_of, svg
 from anarchon.ui.words import in_words
-from tests.cli.conftest import one_line_error, run_cli
+from tests.harness.cli import one_line_error, run_cli
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,11 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from anarchon.kube.spec import run_name, slot_time
-from tests.k8s.fixtures import wait_for
-from tests.operator.conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
-from .conftest import UiServer
 from .fake import fake_run, write_runs
+from .uilib import UiServer
 
 BIG_RUNS = 1000
 MINUTE_MS = 60_000
@@ -94,10 +94,6 @@ def console_errors(browser: WebDriver) -> list[dict[str, Any]]:
     return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def wait(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    return wait_for(what, check, timeout, interval=0.02)
-
-
 #: Each table row of the page as [its first link's text, its whole text], read in one go: the
 #: page may be refreshed under the test at any moment (that is the point), never mid-read.
 ROWS = """return Array.from(document.querySelectorAll(arguments[0])).map(
@@ -142,7 +138,7 @@ def shot(browser: WebDriver, shots: Path, name: str) -> None:
 def confirm(browser: WebDriver, button: str, reason: str | None = None) -> str:
     """Click ``button`` (a link to the confirmation page), confirm there; the result line."""
     click(browser, By.LINK_TEXT, button)
-    wait("the confirmation page", lambda: browser.find_elements(By.ID, "confirm"))
+    until("the confirmation page", lambda: browser.find_elements(By.ID, "confirm"))
     # By keyboard: the confirm button has the focus; Enter in the reason's field submits too.
     if reason is not None:
         browser.find_element(By.ID, "reason").send_keys(reason + Keys.ENTER)
@@ -150,15 +146,15 @@ def confirm(browser: WebDriver, button: str, reason: str | None = None) -> str:
         assert browser.switch_to.active_element.get_attribute("id") == "confirm"
         browser.switch_to.active_element.send_keys(Keys.ENTER)
     try:
-        return text_of(browser, "#result") or wait("the result", lambda: text_of(browser, "#result"))
-    except pytest.fail.Exception:
+        return text_of(browser, "#result") or until("the result", lambda: text_of(browser, "#result"))
+    except AssertionError:
         raise AssertionError(f"no result: {browser.page_source}") from None
 
 
 def test_jobs_page_shows_each_column_without_console_errors(site: Site, browser: WebDriver, shots: Path) -> None:
     browser.get(site.ui.url + "/")
-    wait("the four jobs", lambda: all(row_of(browser, j) for j in ("tick", "nightly", "manual", "big")))
-    nightly = wait("nightly Ready", lambda: "Ready" in (r := row_of(browser, "nightly")) and r)
+    until("the four jobs", lambda: all(row_of(browser, j) for j in ("tick", "nightly", "manual", "big")))
+    nightly = until("nightly Ready", lambda: "Ready" in (r := row_of(browser, "nightly")) and r)
     assert "at 03:00, every day" in nightly and "0 3 * * * Europe/Paris" in nightly, nightly
     assert len(re.findall(r"\d{4}-\d\d-\d\d 03:00 CES?T", nightly)) == 3, nightly  # the next three, on Paris's clock
     tick = row_of(browser, "tick")
@@ -167,14 +163,14 @@ def test_jobs_page_shows_each_column_without_console_errors(site: Site, browser:
     assert "790/900 (87%)" in big and "none while suspended" in big and "Failed" in big, big
     # No JavaScript needed for the table: the same rows are in the HTML the server sends.
     assert "every 2 seconds" in browser.execute_script("return fetch('/', {headers: {}}).then(r => r.text())")
-    wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
+    until("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
     shot(browser, shots, "jobs")
     assert console_errors(browser) == []
 
 
 def test_a_run_that_ends_shows_within_2s_without_reload(site: Site, browser: WebDriver, shots: Path) -> None:
     browser.get(site.ui.url + f"/jobs/{site.namespace}/tick")
-    wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
+    until("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
     browser.execute_script("window.notReloaded = true")
     base = f"/apis/anarchon.io/v1alpha1/namespaces/{site.namespace}/anarchonruns?labelSelector=anarchon.io/job=tick"
 
@@ -183,10 +179,10 @@ def test_a_run_that_ends_shows_within_2s_without_reload(site: Site, browser: Web
         return {r["metadata"]["name"] for r in items if (r.get("status") or {}).get("phase") == "Succeeded"}
 
     before = ended_now()
-    fresh = wait("a run of tick to end", lambda: ended_now() - before, timeout=60)
+    fresh = until("a run of tick to end", lambda: ended_now() - before, timeout=60)
     seen_at = time.monotonic()
     name = sorted(fresh)[-1]
-    wait(f"{name} Succeeded on the page", lambda: "Succeeded" in row_of(browser, name), timeout=10)
+    until(f"{name} Succeeded on the page", lambda: "Succeeded" in row_of(browser, name), timeout=10)
     late = time.monotonic() - seen_at
     assert late < 2.0, f"{name} showed {late:.2f}s after it ended"
     assert browser.execute_script("return window.notReloaded") is True
@@ -215,19 +211,19 @@ def test_a_change_refreshes_only_its_row_of_the_jobs_page(site: Site, browser: W
     ns = site.namespace
     tick, nightly = f"job:{ns}/tick", f"job:{ns}/nightly"
     browser.get(site.ui.url + "/")
-    wait("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
+    until("the page to be live", lambda: browser.find_element(By.ID, "live").text == "live")
     assert browser.find_elements(By.ID, tick) and browser.find_elements(By.ID, nightly), "rows named by their job"
     browser.execute_script(MARK, tick, nightly)
     last = browser.execute_script(LAST_RUN, tick)
-    wait("a newer run of tick on its row", lambda: browser.execute_script(LAST_RUN, tick) not in ("", last))
+    until("a newer run of tick on its row", lambda: browser.execute_script(LAST_RUN, tick) not in ("", last))
     assert browser.execute_script(STILL) == [False, True, True]  # tick's row replaced, nothing else
     assert browser.execute_script("return document.body.dataset.refreshed") is None
     answer = browser.execute_script(ROWS_OF, f"{tick} job:{ns}/gone job:nonsense")
     assert answer.startswith(f'<tr id="{tick}"') and answer.count("<tr") == 1, answer[:300]
     site.cluster.apply(job_manifest("late", cron="0 8 * * *", suspend=True))
-    wait("the new job on the page", lambda: row_of(browser, "late"))
+    until("the new job on the page", lambda: row_of(browser, "late"))
     site.cluster.kubectl("delete", "anarchonjob", "late", "--wait=false")
-    wait("the job gone from the page", lambda: not row_of(browser, "late"))
+    until("the job gone from the page", lambda: not row_of(browser, "late"))
     assert console_errors(browser) == []
 
 
@@ -245,11 +241,11 @@ def test_a_page_catches_up_with_a_change_made_before_it_listened(site: Site, bro
         where = f"/apis/anarchon.io/v1alpha1/namespaces/{site.namespace}/anarchonruns/{name}/status"
         site.cluster.cp.api("PATCH", where, {"status": {"message": "caught up"}})
         fresh = "return fetch(location.href, {headers: {'X-Anarchon-Fragment': 'main'}}).then(r => r.text())"
-        wait("the change in the ui's memory", lambda: "caught up" in browser.execute_script(fresh))
+        until("the change in the ui's memory", lambda: "caught up" in browser.execute_script(fresh))
         assert "caught up" not in text_of(browser, "dl.facts")  # drawn before it, not listening yet
     finally:
         browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
-    wait("the change on the page", lambda: "caught up" in text_of(browser, "dl.facts"), timeout=15)
+    until("the change on the page", lambda: "caught up" in text_of(browser, "dl.facts"), timeout=15)
     assert browser.execute_script("return window.notReloaded") is True
     browser.get_log("browser")  # the blocked stream's errors: read, so that the next test starts clean
 
@@ -259,10 +255,10 @@ def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, brow
     line = confirm(browser, "Trigger now")
     assert f"anarchonjob {site.namespace}/manual: run of " in line and "requested" in line, line
     click(browser, By.ID, "back")
-    row = wait("the triggered run Running", lambda: "Running" in (r := row_of_prefix(browser, "manual-")) and r)
+    row = until("the triggered run Running", lambda: "Running" in (r := row_of_prefix(browser, "manual-")) and r)
     assert "Manual" in row and "replica-a" in row, row
     click(browser, By.PARTIAL_LINK_TEXT, "manual-")
-    attempts = wait("the attempts table", lambda: text_of(browser, "main table"))
+    attempts = until("the attempts table", lambda: text_of(browser, "main table"))
     assert "replica-a" in attempts and "launched the Pod" in attempts, attempts
     run = text_of(browser, "h1").removeprefix("Run ")
     slot = int(site.cluster.get("anarchonrun", run)["spec"]["slot"])
@@ -271,7 +267,7 @@ def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, brow
     # The lines, or the API server's reason: KWOK runs no kubelet, the API server says it cannot reach one.
     log = page[page.index("Log of Pod") :]
     assert browser.find_elements(By.CSS_SELECTOR, "pre.log") or "(HTTP 500)" in log, log
-    wait("the replica's Event", lambda: "Launched" in text_of(browser), timeout=10)
+    until("the replica's Event", lambda: "Launched" in text_of(browser), timeout=10)
     shot(browser, shots, "run-story")
     line = confirm(browser, "Cancel run", reason="wrong input")
     assert line.startswith(f"anarchonrun {site.namespace}/{run}: cancel requested by "), line
@@ -279,7 +275,7 @@ def test_trigger_shows_the_run_and_its_story_and_cancel_ends_it(site: Site, brow
     annotations = site.cluster.get("anarchonrun", run)["metadata"]["annotations"]
     assert annotations.get("anarchon.io/cancel") == "wrong input", annotations
     click(browser, By.ID, "back")
-    wait("the run Cancelled on its page", lambda: "Cancelled" in text_of(browser, "dl.facts"), timeout=30)
+    until("the run Cancelled on its page", lambda: "Cancelled" in text_of(browser, "dl.facts"), timeout=30)
     assert not browser.find_elements(By.LINK_TEXT, "Cancel run")  # an ended run has no such button
     assert console_errors(browser) == []
 
@@ -292,7 +288,7 @@ def test_suspend_with_a_reason_then_resume(site: Site, browser: WebDriver) -> No
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["annotations"]["anarchon.io/suspend-reason"] == "database upgrade"
     click(browser, By.ID, "back")
-    wait("suspended on the page", lambda: "yes (database upgrade)" in text_of(browser))
+    until("suspended on the page", lambda: "yes (database upgrade)" in text_of(browser))
     line = confirm(browser, "Resume")
     assert line == f"anarchonjob {site.namespace}/nightly resumed", line
     job = site.cluster.get("anarchonjob", "nightly")
@@ -349,7 +345,7 @@ def test_timeline_zooms_by_wheel_and_keys_and_pans_by_drag(site: Site, browser: 
     _, scale, x0, x1 = plot_x
 
     def moved_from(was: list[int]) -> list[int]:
-        return list(wait("the new range shown", lambda: (r := browser.execute_script(SHOWN)) != was and r))
+        return list(until("the new range shown", lambda: (r := browser.execute_script(SHOWN)) != was and r))
 
     # Ctrl + wheel up over the middle of the svg: the time under the pointer stays where it was.
     middle = start + (svg.size["width"] / 2 / scale - x0) / (x1 - x0) * (end - start)
@@ -409,12 +405,12 @@ def test_a_forbidden_action_shows_the_servers_message(site: Site, browser: WebDr
     bob = UiServer(control_plane.user_kubeconfig("bob"), "-n", ns)
     try:
         browser.get(bob.url + f"/jobs/{ns}/tick")
-        wait("the job for bob", lambda: browser.find_elements(By.LINK_TEXT, "Trigger now"), timeout=20)
+        until("the job for bob", lambda: browser.find_elements(By.LINK_TEXT, "Trigger now"), timeout=20)
         line = confirm(browser, "Trigger now")
         assert 'User "bob" cannot patch resource "anarchonjobs"' in line and "(HTTP 403)" in line, line
         assert "Refused" in text_of(browser, "h1")
         browser.get(bob.url + "/")
-        text = wait("the Events refusal", lambda: text_of(browser, ".errors"))
+        text = until("the Events refusal", lambda: text_of(browser, ".errors"))
         assert 'User "bob" cannot list resource "events"' in text, text
         assert console_errors(browser) == []
     finally:
@@ -422,7 +418,7 @@ def test_a_forbidden_action_shows_the_servers_message(site: Site, browser: WebDr
     everywhere = UiServer(control_plane.user_kubeconfig("bob"), "-A")  # bob may list nothing cluster-wide
     try:
         browser.get(everywhere.url + "/")
-        text = wait("the refusal", lambda: "every namespace" in (t := text_of(browser, ".errors")) and t)
+        text = until("the refusal", lambda: "every namespace" in (t := text_of(browser, ".errors")) and t)
         assert 'User "bob" cannot list resource "anarchonjobs" in API group "anarchon.io" at the cluster scope' in text
     finally:
         leave(browser, everywhere)
@@ -433,7 +429,7 @@ def test_every_namespace(site: Site, browser: WebDriver, control_plane: Any) -> 
     try:
         browser.get(everywhere.url + "/")
         assert "every namespace" in text_of(browser, "header")
-        wait("the jobs as NAMESPACE/NAME", lambda: row_of(browser, f"{site.namespace}/tick"))
+        until("the jobs as NAMESPACE/NAME", lambda: row_of(browser, f"{site.namespace}/tick"))
         assert console_errors(browser) == []
     finally:
         leave(browser, everywhere)

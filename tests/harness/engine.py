@@ -1,4 +1,4 @@
-"""Helpers for scheduler tests: a recording listener and a recording handler."""
+"""The engine tests' helpers: a fast clock, a recording listener and a recording handler."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from anarchon.engine import (
     ScaledClock,
     Scheduler,
 )
+from tests.harness.until import until_async
 
 HOUR_MS = 3_600_000
 
@@ -119,16 +120,6 @@ class Calls:
         return [c.slot for c in self.calls]
 
 
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
-    """Poll ``predicate`` in real time; fail with ``what`` after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def ran_once_then_down(backend: LeaseBackend, job_name: str, t0: int, factor: float, **options: Any) -> None:
     """History for catch-up tests: instance "one" runs the job (every minute) at t0 + 1 min,
     then stops on ``backend`` (closed here): from there on no instance is up."""
@@ -137,6 +128,6 @@ async def ran_once_then_down(backend: LeaseBackend, job_name: str, t0: int, fact
     one = Scheduler(backend, instance_id="one", clock=clock)
     one.every(job_name, "1m", calls.handler(), jitter=0, **options)
     await one.start()
-    await wait_for(lambda: len(calls.calls) == 1, what="the run before the downtime")
+    await until_async("the run before the downtime", lambda: len(calls.calls) == 1)
     await one.stop()
     await one.backend.close()

@@ -24,10 +24,9 @@ from anarchon.kube.run.cache import RunCache
 from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-
-from .conftest import Cluster, Replicas, job_manifest
-from .test_api_faults import RUN_STATUS, YES
-from .test_runner_fencing import SLOT, attempt
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.runs import RUN_STATUS, SLOT, YES, attempt
+from tests.harness.until import until
 
 FAST = {"heartbeat": "500ms", "lease": "1500ms", "jitter": "0s", "every": "1h", "suspend": True}
 LEASE_S = 1.5
@@ -43,10 +42,10 @@ def _pods(cluster: Cluster, run: str) -> list[str]:
 
 def _cancelled(cluster: Cluster, run: str) -> dict[str, Any]:
     return dict(
-        cluster.wait(
+        until(
+            f"run {run} to end Cancelled",
             lambda: (s := _status(cluster, run)).get("phase") == "Cancelled" and s,
             timeout=60,
-            what=f"run {run} to end Cancelled",
         )
     )
 
@@ -74,7 +73,7 @@ def test_a_cancelled_run_stops_and_no_replica_launches_it_again(
     )
     long = cluster.trigger_running("long")["metadata"]["name"]
     backoff = cluster.trigger_running("backoff")["metadata"]["name"]
-    cluster.wait(lambda: _status(cluster, backoff).get("nextTryTime"), timeout=60, what="the backoff after try 1")
+    until("the backoff after try 1", lambda: _status(cluster, backoff).get("nextTryTime"), timeout=60)
 
     owner = _status(cluster, long)["instance"]
     _cancel(cluster, long, "wrong input", by="alice")
@@ -83,7 +82,7 @@ def test_a_cancelled_run_stops_and_no_replica_launches_it_again(
     assert status["message"] == "cancelled by alice: wrong input"
     assert [(t["try"], t["outcome"]) for t in status["tries"]] == [(1, "Cancelled")]
     assert status.get("finishTime")
-    cluster.wait(lambda: not _pods(cluster, long), timeout=30, what=f"the Pod of {long} to be gone")
+    until(f"the Pod of {long} to be gone", lambda: not _pods(cluster, long), timeout=30)
 
     # Every replica down: the cancel waits on the run's object for the next one.
     survivor = next(r for r in ("r0", "r1") if r != owner)
@@ -131,7 +130,7 @@ async def _attempt(kube: Kube, cluster: Cluster, spec: JobSpec) -> AsyncIterator
         try:
             name = run_name(spec.name, SLOT)
             running = lambda: _status(cluster, name).get("phase") == "Running" and _pods(cluster, name)  # noqa: E731
-            await asyncio.to_thread(cluster.wait, running, 30, "the Pod")
+            await asyncio.to_thread(until, "the Pod", running, timeout=30)
             assert cache.healthy
             yield task
         finally:

@@ -9,7 +9,6 @@ metric the chart's alerts and dashboard read, and drop a job's series once the j
 from __future__ import annotations
 
 import socket
-import time
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -18,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from anarchon import __version__
 from tests.chart.monitoring import exposed_names, metrics_read_by_the_chart
-
-from .conftest import Cluster, Replicas, job_manifest
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 
 
 def _free_port() -> int:
@@ -62,9 +61,9 @@ def test_per_job_series_after_real_runs(cluster: Cluster, replicas_factory, tmp_
     lost = {"anarchon.test/vanish-seconds": "2"}  # the Pod is deleted 2 s into its run: attempt lost
     cluster.apply(job_manifest("lost", every="1h", suspend=True, maxAttempts=1, annotations=lost))
     cluster.trigger_running("lost")
-    cluster.wait(lambda: cluster.phases("fine")["Succeeded"] >= 2, timeout=90, what="fine's runs")
-    cluster.wait(lambda: cluster.phases("broken")["Failed"] >= 1, timeout=90, what="broken's failed run")
-    cluster.wait(lambda: cluster.phases("lost")["Interrupted"] >= 1, timeout=90, what="lost's run given up")
+    until("fine's runs", lambda: cluster.phases("fine")["Succeeded"] >= 2, timeout=90)
+    until("broken's failed run", lambda: cluster.phases("broken")["Failed"] >= 1, timeout=90)
+    until("lost's run given up", lambda: cluster.phases("lost")["Interrupted"] >= 1, timeout=90)
 
     def job(name: str) -> dict[str, str]:
         return {"namespace": ns, "job": name}
@@ -85,18 +84,18 @@ def test_per_job_series_after_real_runs(cluster: Cluster, replicas_factory, tmp_
         runs = _value(samples, "anarchon_job_runs_total", **job("fine"), outcome="Succeeded") or 0
         return samples if runs >= 2 and gauges == tuple(map(_status_s, times)) else None
 
-    samples = cluster.wait(agreed, timeout=60, what="the time gauges to match the status")
+    samples = until("the time gauges to match the status", agreed, timeout=60)
     assert (_value(samples, "anarchon_job_pod_delay_seconds_count", **job("fine")) or 0) >= 2
     assert (_value(samples, "anarchon_job_slots_since_success", **job("fine")) or 0) <= 10  # it keeps succeeding
 
-    samples = cluster.wait(
+    samples = until(
+        "the given-up run counted",
         lambda: (
             (s := _samples(_scrape(port)))
             and (_value(s, "anarchon_job_runs_total", **job("lost"), outcome="Interrupted") or 0) >= 1
             and s
         ),
         timeout=60,
-        what="the given-up run counted",
     )
     assert (_value(samples, "anarchon_job_runs_total", **job("broken"), outcome="Failed") or 0) >= 1
     assert _value(samples, "anarchon_job_runs_total", **job("broken"), outcome="Succeeded") is None
@@ -120,8 +119,9 @@ def test_per_job_series_after_real_runs(cluster: Cluster, replicas_factory, tmp_
     assert read <= exposed_names(text), read - exposed_names(text)
 
     cluster.kubectl("delete", "anarchonjob", "broken", "--wait=true")
-    deadline = time.monotonic() + 60
-    while 'job="broken"' in (text := _scrape(port)):
-        assert time.monotonic() < deadline, [line for line in text.splitlines() if 'job="broken"' in line]
-        time.sleep(0.5)
+    text = until(
+        "the deleted job's series to go",
+        lambda: t if 'job="broken"' not in (t := _scrape(port)) else "",
+        detail=lambda: "\n".join(line for line in _scrape(port).splitlines() if 'job="broken"' in line),
+    )
     assert 'job="fine"' in text

@@ -27,9 +27,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.faults.apiproxy import ApiFaultProxy
+from tests.harness.cluster import Cluster, Replicas, job_manifest
+from tests.harness.until import until
 from tests.servers.process import free_port
-
-from .conftest import Cluster, Replicas, job_manifest
 
 CHECK = "200ms"
 #: From the job's creation to StoreNotShared at most: the first window (4 s), a period after the
@@ -93,14 +93,14 @@ def _notice_then_bounded_writes(
 ) -> None:
     cluster.apply(job_manifest("split", every="2s", annotations={"anarchon.test/run-seconds": "0.5"}))
     begun = time.monotonic()
-    ready = cluster.wait(lambda: _not_shared(cluster, "split"), timeout=NOTICED_WITHIN_S, what="StoreNotShared")
+    ready = until("StoreNotShared", lambda: _not_shared(cluster, "split"), timeout=NOTICED_WITHIN_S)
     noticed_s = time.monotonic() - begun
     assert "do not share one store" in ready["message"], ready
     warnings = [
         e for e in cluster.events("StoreNotShared") if e["type"] == "Warning" and e["involvedObject"]["name"] == "split"
     ]
     assert warnings, "a Warning Event on the job"
-    cluster.wait(lambda: all(_gauge(s.metrics) > 0 for s in started), timeout=20, what="every replica's metric")
+    until("every replica's metric", lambda: all(_gauge(s.metrics) > 0 for s in started), timeout=20)
     for s in started:
         assert "StoreNotShared: the replicas do not share one store" in s.replicas.log(s.name), s.name
     # Every replica knows: from now on they write a bounded amount, and move no Pod label.
@@ -145,7 +145,7 @@ def test_replicas_on_one_store_never_say_it(
     store = redis_url.rsplit("/", 1)[0] + "/3"
     started = [_start(replicas_factory, proxy, store, f"r{i}") for i in range(3)]
     cluster.apply(job_manifest("shared", every="2s", annotations={"anarchon.test/run-seconds": "0.5"}))
-    cluster.wait(lambda: cluster.phases("shared")["Succeeded"] >= 1, timeout=30, what="a run")
+    until("a run", lambda: cluster.phases("shared")["Succeeded"] >= 1, timeout=30)
     begun = time.monotonic()
     restarted = flushed = False
     while (elapsed := time.monotonic() - begun) < 14:

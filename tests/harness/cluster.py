@@ -1,4 +1,7 @@
-"""Operator tests: real control plane (apiserver + KWOK), real stores, replicas as OS processes."""
+"""The cluster as tests see it: :class:`Cluster` (kubectl in the test's namespace), :class:`Replicas`
+(operator replicas as OS processes), job manifests, and their fixtures (``cluster``,
+``replicas_factory``, ``store``, ``proxy``, ``through_proxy``).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from realnode import pod_spec_for_real_node
 
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.client import Kube
 from tests.faults.apiproxy import ApiFaultProxy
-from tests.k8s.fixtures import wait_established, wait_for
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.harness.controlplane import REPO, connected
+from tests.harness.until import until
 
 
 class Cluster:
@@ -81,18 +84,13 @@ class Cluster:
             conds = ((self.get("anarchonjob", job) or {}).get("status") or {}).get("conditions") or []
             return any(c["type"] == "Ready" and (c["status"] == "True" or c["reason"] == "Suspended") for c in conds)
 
-        self.wait(ready, timeout=60, what=f"job {job} to be Ready")
+        until(f"job {job} to be Ready", ready)
         self.kubectl("annotate", "--overwrite", "anarchonjob", job, f"anarchon.io/trigger={slot_ms}")
-        running = self.wait(
+        running = until(
+            f"a running run of {job}",
             lambda: [r for r in self.runs(job) if (r.get("status") or {}).get("phase") == "Running"],
-            timeout=60,
-            what=f"a running run of {job}",
         )
         return dict(running[0])
-
-    def wait(self, predicate: Callable[[], Any], timeout: float = 90, what: str = "condition") -> Any:
-        """Poll (each poll is a kubectl call, so twice a second) until ``predicate()`` is truthy."""
-        return wait_for(what, predicate, timeout, interval=0.5)
 
 
 class Replicas:
@@ -169,9 +167,8 @@ def proxy(control_plane: Any) -> Iterator[ApiFaultProxy]:
 @pytest.fixture
 async def through_proxy(proxy: ApiFaultProxy) -> AsyncIterator[Kube]:
     """The operator's client, talking to the API server through :func:`proxy`."""
-    k = await connect(str(proxy.kubeconfig))
-    yield k
-    await k.close()
+    async with connected(proxy.kubeconfig) as client:
+        yield client
 
 
 @pytest.fixture(params=["sqlite", "redis", "postgres"])
@@ -182,33 +179,23 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 
 
-@pytest.fixture(scope="session")
-def crds(control_plane: Any) -> None:
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(control_plane.kubeconfig), "apply", "-f", str(REPO / "crds")],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    wait_established(control_plane, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
-
-
 @pytest.fixture
-def cluster(control_plane: Any, namespace: str, crds: None) -> Cluster:
-    return Cluster(control_plane, namespace)
+def cluster(crds: Any, namespace: str) -> Cluster:
+    """kubectl in the test's namespace, the CRDs installed."""
+    return Cluster(crds, namespace)
 
 
 @pytest.fixture
 def replicas_factory(
-    control_plane: Any,
+    crds: Any,
     namespace: str,
-    crds: None,
     tmp_path: Path,
 ) -> Iterator[Callable[[str], Replicas]]:
+    """``replicas_factory(store_url)``: replicas of the test's namespace on that store, stopped after."""
     made: list[Replicas] = []
 
     def make(store: str) -> Replicas:
-        r = Replicas(control_plane, namespace, store, tmp_path)
+        r = Replicas(crds, namespace, store, tmp_path)
         made.append(r)
         return r
 
@@ -243,3 +230,12 @@ def job_manifest(
         body["every"] = every
     body.update(spec)
     return {"apiVersion": "anarchon.io/v1alpha1", "kind": "AnarchonJob", "metadata": {"name": name}, "spec": body}
+
+
+def real_job(name: str, image: str, script: str) -> dict[str, Any]:
+    """A suspended job (runs only when triggered) whose container runs ``script`` on the real node."""
+    manifest = job_manifest(name, every="1h", suspend=True)
+    spec = manifest["spec"]["template"]["spec"]
+    spec.update(pod_spec_for_real_node())
+    spec["containers"] = [{"name": "main", "image": image, "command": ["sh", "-c", script]}]
+    return manifest

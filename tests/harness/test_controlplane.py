@@ -26,7 +26,7 @@ import pytest
 from controlplane import ControlPlane
 from kubernetes_asyncio import client, config, watch
 
-from tests.k8s.fixtures import wait_for
+from tests.harness.until import until
 
 TIMEOUT = 60.0
 CONTROLPLANE_PY = Path(__file__).resolve().parents[2] / "e2e" / "controlplane" / "controlplane.py"
@@ -139,7 +139,7 @@ def test_crd_with_status_subresource(control_plane: ControlPlane, namespace: str
     widget = {"apiVersion": "harness.anarchon.test/v1", "kind": "Widget", "metadata": {"name": "w1"}}
     widget["spec"] = {"size": 1}
     widget["status"] = {"phase": "ignored-on-create"}
-    wait_for("Widget kind served", lambda: cp.kubectl("get", "widgets", "-n", namespace, check=False).returncode == 0)
+    until("Widget kind served", lambda: cp.kubectl("get", "widgets", "-n", namespace, check=False).returncode == 0)
     created = create(cp, namespace, widget)
     assert "status" not in created or created["status"] == {}, created
 
@@ -162,7 +162,7 @@ def test_pod_is_scheduled_and_succeeds(control_plane: ControlPlane, namespace: s
     cp = control_plane
     t0 = time.monotonic()
     create(cp, namespace, pod_manifest("ok", {"anarchon.test/run-seconds": "1"}))
-    done = wait_for("pod ok Succeeded", phase_is(cp, namespace, "ok", "Succeeded"))
+    done = until("pod ok Succeeded", phase_is(cp, namespace, "ok", "Succeeded"))
     elapsed = time.monotonic() - t0
     assert done["spec"]["nodeName"] in cp.nodes
     (status,) = done["status"]["containerStatuses"]
@@ -176,7 +176,7 @@ def test_pod_is_scheduled_and_succeeds(control_plane: ControlPlane, namespace: s
 def test_pod_made_to_fail_with_exit_code(control_plane: ControlPlane, namespace: str) -> None:
     cp = control_plane
     create(cp, namespace, pod_manifest("bad", {"anarchon.test/exit-code": "3", "anarchon.test/run-seconds": "0.5"}))
-    failed = wait_for("pod bad Failed", phase_is(cp, namespace, "bad", "Failed"))
+    failed = until("pod bad Failed", phase_is(cp, namespace, "bad", "Failed"))
     (status,) = failed["status"]["containerStatuses"]
     assert status["state"]["terminated"]["exitCode"] == 3
     assert status["state"]["terminated"]["reason"] == "Error"
@@ -186,8 +186,8 @@ def test_run_seconds_keeps_pod_running(control_plane: ControlPlane, namespace: s
     """A Pod with run-seconds N is Running for about N seconds before it succeeds."""
     cp = control_plane
     create(cp, namespace, pod_manifest("slow", {"anarchon.test/run-seconds": "4"}))
-    wait_for("pod slow Running", phase_is(cp, namespace, "slow", "Running"))
-    done = wait_for("pod slow Succeeded", phase_is(cp, namespace, "slow", "Succeeded"))
+    until("pod slow Running", phase_is(cp, namespace, "slow", "Running"))
+    done = until("pod slow Succeeded", phase_is(cp, namespace, "slow", "Succeeded"))
     # Judged on the status timestamps (whole seconds), not on when this test happened to look.
     terminated = done["status"]["containerStatuses"][0]["state"]["terminated"]
     started = datetime.fromisoformat(terminated["startedAt"])
@@ -231,20 +231,20 @@ def test_deleted_running_pod_vanishes(control_plane: ControlPlane, namespace: st
     """run-seconds -1 runs until deleted; a normal delete (30s grace) completes at once."""
     cp = control_plane
     create(cp, namespace, pod_manifest("forever", {"anarchon.test/run-seconds": "-1"}))
-    wait_for("pod forever Running", phase_is(cp, namespace, "forever", "Running"))
+    until("pod forever Running", phase_is(cp, namespace, "forever", "Running"))
     time.sleep(2.5)
     still = pod(cp, namespace, "forever")
     assert still is not None and still["status"]["phase"] == "Running"
     cp.kubectl("delete", "pod", "forever", "-n", namespace, "--wait=false")
-    wait_for("pod forever gone", lambda: pod(cp, namespace, "forever") is None, timeout=30)
+    until("pod forever gone", lambda: pod(cp, namespace, "forever") is None, timeout=30)
 
 
 def test_pod_vanishes_by_annotation(control_plane: ControlPlane, namespace: str) -> None:
     """vanish-seconds: the Pod is removed after running that long, with no terminal phase written."""
     cp = control_plane
     created = create(cp, namespace, pod_manifest("ghost", {"anarchon.test/vanish-seconds": "1"}))
-    wait_for("pod ghost Running", phase_is(cp, namespace, "ghost", "Running"))
-    wait_for("pod ghost gone", lambda: pod(cp, namespace, "ghost") is None, timeout=30)
+    until("pod ghost Running", phase_is(cp, namespace, "ghost", "Running"))
+    until("pod ghost gone", lambda: pod(cp, namespace, "ghost") is None, timeout=30)
     events = get_json(cp, "events", "-n", namespace, "--field-selector", "involvedObject.name=ghost")["items"]
     assert any(e["involvedObject"]["uid"] == created["metadata"]["uid"] for e in events)
 
@@ -262,7 +262,7 @@ def test_rbac_denies_least_privilege_user(control_plane: ControlPlane, namespace
 
     cp.kubectl("create", "role", "pod-reader", "-n", namespace, "--verb=get,list", "--resource=pods")
     cp.kubectl("create", "rolebinding", "alice-reads", "-n", namespace, "--role=pod-reader", "--user=alice")
-    wait_for(
+    until(
         "alice may list pods",
         lambda: cp.kubectl("get", "pods", "-n", namespace, kubeconfig=alice, check=False).returncode == 0,
     )
@@ -286,7 +286,7 @@ def test_service_account_token_and_rbac(control_plane: ControlPlane, namespace: 
         "create", "rolebinding", "operator-makes-pods", "-n", namespace, "--role=pod-maker",
         f"--serviceaccount={namespace}:operator",
     )  # fmt: skip
-    wait_for(
+    until(
         "operator SA may create pods",
         lambda: (
             cp.kubectl("auth", "can-i", "create", "pods", "-n", namespace, kubeconfig=sa, check=False).stdout.strip()
@@ -315,7 +315,7 @@ def test_garbage_collector_removes_owned_objects(control_plane: ControlPlane, na
         res = cp.kubectl("get", "configmap", "child", "-n", namespace, check=False)
         return res.returncode != 0 and "NotFound" in res.stderr
 
-    wait_for("child ConfigMap garbage-collected", child_gone)
+    until("child ConfigMap garbage-collected", child_gone)
     assert cp.kubectl("get", "configmap", "unowned", "-n", namespace, check=False).returncode == 0
 
 

@@ -1,6 +1,6 @@
 """PodRunner under faults, against the real API server: only what a Pod did becomes the run's outcome.
 
-As in test_runner_fencing.py, the lease is scripted (what ``ctx.confirm()`` answers);
+As in test_runner_fencing.py (tests/harness/runs.py), the lease is scripted (what ``ctx.confirm()`` answers);
 everything else is real: the AnarchonJob, the AnarchonRun, the Pods (KWOK).
 """
 
@@ -21,9 +21,9 @@ from anarchon.kube.pods import pods_of_run
 from anarchon.kube.podwatch import PodWatch
 from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
-
-from .conftest import Cluster, job_manifest
-from .test_runner_fencing import SLOT, attempt
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.runs import SLOT, attempt
+from tests.harness.until import until_async
 
 
 @pytest.fixture
@@ -38,15 +38,6 @@ async def _pods(kube: Kube, spec: JobSpec) -> list[tuple[str, bool]]:
     return [(p["metadata"]["name"], bool(p["metadata"].get("deletionTimestamp"))) for p in pods]
 
 
-async def _until(what: str, check: object, limit_s: float = 30) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not await check():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def _running(kube: Kube, spec: JobSpec, ctx: RunContext) -> asyncio.Task[None]:
     """Start attempt ``ctx`` and return once its Pod runs."""
     task = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx))
@@ -56,7 +47,7 @@ async def _running(kube: Kube, spec: JobSpec, ctx: RunContext) -> asyncio.Task[N
             task.result()
         return bool(await _pods(kube, spec))
 
-    await _until("the Pod", started)
+    await until_async("the Pod", started, interval=0.1)
     return task
 
 
@@ -151,7 +142,7 @@ async def test_news_of_an_earlier_pod_of_the_same_name_is_not_taken_for_the_foll
     watch = PodWatch(kube, [spec.namespace])
     watch.start()
     try:
-        await _until("the Pod watch", _healthy(watch))
+        await until_async("the Pod watch", _healthy(watch), interval=0.1)
         runner = PodRunner(kube, EventPoster(kube), lambda: spec, pod_watch=watch)
         task = asyncio.create_task(runner(attempt(1, *([True] * 50))))
         pod = run_name(spec.name, SLOT)
@@ -162,7 +153,7 @@ async def test_news_of_an_earlier_pod_of_the_same_name_is_not_taken_for_the_foll
             pods = await pods_of_run(kube, spec.namespace, run_name(spec.name, SLOT))
             return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
-        await _until("the Pod running", running)
+        await until_async("the Pod running", running, interval=0.1)
         earlier = {"metadata": {"name": pod, "namespace": spec.namespace, "uid": "an-earlier-pod-of-this-name"}}
         watch._event("DELETED", earlier)
         await asyncio.sleep(2)
@@ -208,7 +199,7 @@ async def test_the_clock_woken_read_of_a_watched_pod_is_background_work(
     watch.start()
     task: asyncio.Task[None] | None = None
     try:
-        await _until("the Pod watch", _healthy(watch))
+        await until_async("the Pod watch", _healthy(watch), interval=0.1)
         runner = PodRunner(kube, EventPoster(kube), lambda: spec, pod_watch=watch, poll_s=0.3, resync_s=0.3)
         task = asyncio.create_task(runner(attempt(1, *([True] * 50))))
 
@@ -217,7 +208,7 @@ async def test_the_clock_woken_read_of_a_watched_pod_is_background_work(
                 task.result()
             return len(reads) >= 4
 
-        await _until("the runner's resync reads", resynced)
+        await until_async("the runner's resync reads", resynced, interval=0.1)
         assert all(reads), f"a clock-woken read while the watch is up must be background work: {reads}"
         watched = len(reads)
         await watch.stop()  # the runner polls now
@@ -227,7 +218,7 @@ async def test_the_clock_woken_read_of_a_watched_pod_is_background_work(
                 task.result()
             return len(reads) >= watched + 2
 
-        await _until("the runner's polls", polled)
+        await until_async("the runner's polls", polled, interval=0.1)
         # The first read after the stop may be the resync it was already sleeping toward.
         assert not any(reads[watched + 1 :]), f"with the watch down, the Pod is polled as urgent work: {reads}"
         assert not task.done()

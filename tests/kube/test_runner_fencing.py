@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from anarchon.engine import RunContext, RunInterrupted
+from anarchon.engine import RunInterrupted
 from anarchon.engine.attempt import ENDED
 from anarchon.kube.client import Kube, path
 from anarchon.kube.constants import RUNS
@@ -23,28 +23,14 @@ from anarchon.kube.pods import pods_of_run
 from anarchon.kube.run import record as runs
 from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
-
-from .conftest import Cluster, job_manifest
-
-SLOT = 1_800_000_000_000
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.runs import SLOT, attempt
 
 
 @pytest.fixture
 def spec(cluster: Cluster) -> Iterator[JobSpec]:
     cluster.apply(job_manifest("fenced", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "-1"}))
     yield parse_job(cluster.get("anarchonjob", "fenced"))
-
-
-def attempt(n: int, *answers: bool) -> RunContext:
-    """Attempt ``n`` whose successive confirm() calls answer ``answers`` (then False)."""
-    ctx = RunContext(job="fenced", slot=SLOT, attempt=n, token=f"t{n}", instance=f"runner-{n}")
-    script = iter(answers)
-
-    async def confirm() -> bool:
-        return next(script, False)
-
-    ctx.confirm = confirm
-    return ctx
 
 
 async def _live(kube: Kube, spec: JobSpec) -> list[str]:

@@ -30,12 +30,9 @@ from anarchon.kube.run import record as runs
 from anarchon.kube.run.runner import PodRunner
 from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
-from tests.kube.test_podwatch import _started
-
-from .conftest import Cluster, job_manifest
-from .test_runner_fencing import SLOT, attempt
-
-YES = [True] * 100  # the lease holds throughout
+from tests.harness.cluster import Cluster, job_manifest
+from tests.harness.runs import RUN_STATUS, SLOT, YES, attempt, started
+from tests.harness.until import until
 
 
 @pytest.fixture
@@ -56,7 +53,6 @@ async def _attempt(kube: Kube, spec: JobSpec) -> None:
     await asyncio.wait_for(PodRunner(kube, EventPoster(kube), lambda: spec)(attempt(1, *YES)), 60)
 
 
-RUN_STATUS = {"resource": "anarchonruns", "subresource": "status"}
 TRANSIENT = {
     "500 on the run's create": Fault("status", code=500, verb="create", resource="anarchonruns", times=1),
     "run created, reply lost": Fault("lost_reply", verb="create", resource="anarchonruns", times=1),
@@ -95,7 +91,7 @@ async def test_a_500_on_the_final_status_write_never_fails_a_succeeded_run(
 ) -> None:
     """The Pod succeeded; the write that says so meets 500s. Before, the run was recorded Failed."""
     task = asyncio.create_task(_attempt(through_proxy, spec))
-    await asyncio.to_thread(cluster.wait, lambda: _pods(cluster, spec), 30, "the Pod")
+    await asyncio.to_thread(until, "the Pod", lambda: _pods(cluster, spec), timeout=30)
     fault = proxy.add(Fault("status", code=500, verb="update", times=3, **RUN_STATUS))
     await task
     assert fault.fired == 3
@@ -111,7 +107,7 @@ async def test_an_api_outage_past_the_retries_interrupts_the_attempt_and_leaves_
     """
     monkeypatch.setattr(kube_client, "RETRY_FOR_MS", 1_500)
     task = asyncio.create_task(_attempt(through_proxy, spec))
-    await asyncio.to_thread(cluster.wait, lambda: _pods(cluster, spec), 30, "the Pod")
+    await asyncio.to_thread(until, "the Pod", lambda: _pods(cluster, spec), timeout=30)
     fault = proxy.add(Fault("status", code=503, verb="update", **RUN_STATUS))
     with pytest.raises(RunInterrupted, match="503"):
         await task
@@ -308,7 +304,7 @@ async def _launched_and_left(kube: Kube, spec: JobSpec) -> None:
 
 @contextlib.asynccontextmanager
 async def _pod_watch(kube: Kube, namespace: str, follower: str) -> AsyncIterator[PodWatch]:
-    watch = await _started(PodWatch(kube, [namespace], follower=follower))
+    watch = await started(PodWatch(kube, [namespace], follower=follower))
     try:
         yield watch
     finally:

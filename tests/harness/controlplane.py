@@ -1,21 +1,16 @@
-"""Fixtures that give tests a real Kubernetes control plane (see e2e/controlplane/README.md).
+"""The real Kubernetes control plane every test directory shares (see e2e/controlplane/README.md).
 
-They are registered once, by the root ``tests/conftest.py``, so that every test directory
-shares one control plane per session.
-
-``control_plane`` (session scope) starts etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and KWOK once per test session; ``namespace`` gives each test a fresh
-namespace. Nothing global is set (no KUBECONFIG in os.environ): tests pass
-``control_plane.kubeconfig`` explicitly so that they cannot talk to another cluster.
-:func:`wait_for` is how those tests wait for the cluster to get somewhere.
+``control_plane`` (session scope: one per pytest process, so one per xdist worker) starts etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler and KWOK; ``crds`` installs the project's
+CRDs on it; ``namespace`` gives each test a fresh namespace; ``kube`` is the operator's own client
+on it. Nothing global is set (no KUBECONFIG in os.environ): tests pass ``control_plane.kubeconfig``
+explicitly so that they cannot talk to another cluster.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
-import time
 import urllib.error
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,18 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from controlplane import ControlPlane, ControlPlaneError, MissingBinariesError
 
-_CONTROLPLANE_DIR = Path(__file__).resolve().parents[2] / "e2e" / "controlplane"
-if str(_CONTROLPLANE_DIR) not in sys.path:
-    sys.path.insert(0, str(_CONTROLPLANE_DIR))
+from anarchon.kube.client import Kube, connect
+from tests.harness.report import report
+from tests.harness.until import until
 
-from controlplane import ControlPlane, ControlPlaneError, MissingBinariesError  # noqa: E402
-
-_started: list[ControlPlane] = []
-#: Seconds each real node took to become Ready (for the terminal summary).
-_real_nodes: list[float] = []
-_shared: ControlPlane | None = None
-_users = 0
+REPO = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO / "crds"
+JOB_CRD = CRD_DIR / "anarchonjobs.anarchon.io.yaml"
+RUN_CRD = CRD_DIR / "anarchonruns.anarchon.io.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -42,33 +35,25 @@ def control_plane() -> Iterator[ControlPlane]:
     """A running control plane for the whole session; FAILS (never skips) if the binaries are missing.
 
     Why fail: a skipped test is a test not run, and CI must not pass without having run them.
-    Why a module-level instance: this fixture is also re-exported by tests/conftest.py, and
-    pytest then keeps two session fixtures of the same name; both must share one control
-    plane (stopped when the last of them is torn down), not start two.
     """
-    global _shared, _users
-    if _shared is None:
-        problem = ""
-        try:
-            # ANARCHON_CP_KEEP=1 keeps the run dir (component logs, etcd data) for a post-mortem.
-            cp = ControlPlane(node_count=3, keep_run_dir=os.environ.get("ANARCHON_CP_KEEP") == "1")
-            cp.start()
-        except MissingBinariesError as e:
-            problem = str(e)
-        except ControlPlaneError as e:
-            problem = f"control plane did not start: {e}"
-        if problem:  # outside the except block: no chained traceback around the message
-            pytest.fail(problem, pytrace=False)
-        _shared = cp
-        _started.append(cp)
-    _users += 1
+    problem = ""
     try:
-        yield _shared
+        # ANARCHON_CP_KEEP=1 keeps the run dir (component logs, etcd data) for a post-mortem.
+        cp = ControlPlane(node_count=3, keep_run_dir=os.environ.get("ANARCHON_CP_KEEP") == "1")
+        cp.start()
+    except MissingBinariesError as e:
+        problem = str(e)
+    except ControlPlaneError as e:
+        problem = f"control plane did not start: {e}"
+    if problem:  # outside the except block: no chained traceback around the message
+        pytest.fail(problem, pytrace=False)
+    versions = ", ".join(f"{k} {val}" for k, val in cp.version_info.items())
+    kept = f"; run dir kept: {cp.run_dir}" if cp.keep_run_dir else ""
+    report(f"control plane: started in {cp.start_seconds:.1f}s; {versions}{kept}")
+    try:
+        yield cp
     finally:
-        _users -= 1
-        if _users == 0:
-            _shared.stop()
-            _shared = None
+        cp.stop()
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +70,7 @@ def real_node(control_plane: ControlPlane) -> str:
     base = standin_base()
     if control_plane.real_node is None:
         node = control_plane.add_real_node(pause_image=standin_pause(base), images=[base])
-        _real_nodes.append(node.start_seconds)
+        report(f"real node (kubelet + containerd): Ready {node.start_seconds:.1f}s after start")
     return base
 
 
@@ -96,17 +81,17 @@ def fresh_namespace(control_plane: ControlPlane, prefix: str = "t") -> Iterator[
     control_plane.api(
         "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
-    deadline = time.monotonic() + 60
-    while True:
+
+    def default_account() -> bool:
         try:
             control_plane.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            break
+            return True
         except urllib.error.HTTPError as e:
             if e.code != 404:
                 raise
-        if time.monotonic() > deadline:
-            pytest.fail(f"ServiceAccount default was not created in namespace {name} within 60s", pytrace=False)
-        time.sleep(0.05)
+            return False
+
+    until(f"the ServiceAccount default in namespace {name}", default_account, interval=0.05)
     try:
         yield name
     finally:
@@ -128,8 +113,6 @@ async def typed_connect(kubeconfig: str, *, api_concurrency: int | None = None) 
     imports that library's models, a test may."""
     from kubernetes_asyncio import client, config
 
-    from anarchon.kube.client import Kube, connect
-
     class TypedKube(Kube):
         api: client.ApiClient
         core: client.CoreV1Api
@@ -146,24 +129,21 @@ async def typed_connect(kubeconfig: str, *, api_concurrency: int | None = None) 
     return typed
 
 
+@contextlib.asynccontextmanager
+async def connected(kubeconfig: Path, *, typed: bool = False) -> AsyncIterator[Any]:
+    """The operator's client on ``kubeconfig`` (with :func:`typed_connect`'s typed APIs if ``typed``), closed after."""
+    client = await (typed_connect if typed else connect)(str(kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 @pytest.fixture
 async def kube(control_plane: ControlPlane) -> AsyncIterator[Any]:
-    """The operator's own asyncio client on the control plane, typed APIs beside it (:func:`typed_connect`)."""
-    client = await typed_connect(str(control_plane.kubeconfig))
-    yield client
-    await client.close()
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:
-    """Poll ``check()`` until it returns a truthy value (returned); fail the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    """The operator's own asyncio client on the control plane, typed APIs beside it."""
+    async with connected(control_plane.kubeconfig, typed=True) as client:
+        yield client
 
 
 def wait_established(cp: ControlPlane, *crds: str, timeout: float = 60.0) -> None:
@@ -178,14 +158,23 @@ def wait_established(cp: ControlPlane, *crds: str, timeout: float = 60.0) -> Non
         res = cp.kubectl("wait", "--for=condition=Established", "--timeout=10s", *args, check=False)
         return res.returncode == 0
 
-    wait_for(f"{', '.join(crds)} to be Established", established, timeout=timeout)
+    until(f"{', '.join(crds)} to be Established", established, timeout=timeout)
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Report the control plane's start time and versions, so CI logs show them."""
-    for cp in _started:
-        v = ", ".join(f"{k} {val}" for k, val in cp.version_info.items())
-        kept = f"; run dir kept: {cp.run_dir}" if cp.keep_run_dir else ""
-        terminalreporter.write_line(f"control plane: started in {cp.start_seconds:.1f}s; {v}{kept}")
-    for seconds in _real_nodes:
-        terminalreporter.write_line(f"real node (kubelet + containerd): Ready {seconds:.1f}s after start")
+@pytest.fixture(scope="session")
+def crds(control_plane: ControlPlane) -> ControlPlane:
+    """The control plane with both CRDs applied (server-side, so that a test's own apply of them does
+    not conflict) and served; the same object as ``control_plane``."""
+    for path in (JOB_CRD, RUN_CRD):
+        control_plane.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--field-manager=anarchon-tests", "-f", str(path)
+        )
+    wait_established(control_plane, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
+
+    # Discovery is refreshed asynchronously after Established.
+    def served(resource: str) -> Callable[[], bool]:
+        return lambda: control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
+
+    for resource in ("anarchonjobs", "anarchonruns"):
+        until(f"{resource} to be served", served(resource))
+    return control_plane
