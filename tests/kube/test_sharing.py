@@ -91,6 +91,39 @@ async def test_a_replica_at_work_on_another_store_becomes_a_stranger_then_goes(
     assert me.changes == 2 and me.sharing.message() is None
 
 
+async def test_a_stranger_at_work_once_an_hour_stays_one_between_its_acts(
+    stores: tuple[Backend, Backend],
+) -> None:
+    """A replica on another store whose jobs run hourly is at work once an hour: called a
+    stranger at its first acts, it stays one between them (on main it was one for the window's
+    200 s of each hour, and Ready flipped twice an hour), and once it stops acting it goes after
+    twice its gap."""
+    a, b = stores
+    clock, acted = [0.0], {}
+    me, other = Replica(a, "me", acted, clock), Replica(b, "other", {}, clock)
+    hour = 36 * EVERY_S  # longer than the window (WINDOW_PERIODS periods), shortened for the test
+    acts = [k * hour for k in range(1, 6)]
+    judged = []
+    while clock[0] <= acts[-1]:
+        if clock[0] in acts:
+            acted["other"] = clock[0]
+            await other.check()
+        judged.append(await me.check())
+        clock[0] += EVERY_S
+    first = judged.index(frozenset({"other"}))
+    assert first < acts[1] / EVERY_S + STRIKES, "called a stranger by its second act"
+    assert all(j == {"other"} for j in judged[first:]), "and one ever since, between its acts too"
+    assert me.changes == 1
+    # It stops: gone after twice the longest gap between its acts, not before.
+    last = acts[-1]
+    while clock[0] <= last + 2 * hour:
+        assert await me.check() == {"other"}, clock[0]
+        clock[0] += EVERY_S
+    clock[0] += EVERY_S
+    assert await me.check() == frozenset()
+    assert me.changes == 2
+
+
 async def test_a_replica_sharing_the_store_is_never_a_stranger(stores: tuple[Backend, Backend]) -> None:
     a, _ = stores
     clock, acted = [0.0], {}

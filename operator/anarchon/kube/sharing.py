@@ -19,7 +19,9 @@ Not a stranger, then: a replica that has stopped (it is at work no more), one th
 store but lost its record (it notes itself again within a period), an older version during
 an upgrade (only acts seen after this replica has watched for WINDOW_PERIODS count; by then
 the rollout is over). A stranger stops being one when its store record appears (the stores
-became one) or when it has not been seen at work for WINDOW_PERIODS (it is gone, or quiet).
+became one) or when it has not been seen at work for WINDOW_PERIODS, or for twice the longest
+gap seen between two of its acts if that is longer (it is gone, or quiet: a replica whose jobs
+run hourly is at work once an hour, and must not be a stranger for only minutes of each hour).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class StoreSharing:
         self._since = monotonic()
         self._absent: dict[str, float] = {}  # replica -> the first check that found it absent
         self._strikes: dict[str, int] = {}
+        self._last_act: dict[str, float] = {}  # each replica's last act seen at a check
+        self._gap: dict[str, float] = {}  # the longest time seen between two of its acts
         self._failing = False
         self._task: asyncio.Task[None] | None = None
 
@@ -101,7 +105,8 @@ class StoreSharing:
         await self.note()
         now = self.monotonic()
         acted = {i: t for i, t in self.acted().items() if i != self.instance}
-        recent = sorted(i for i, t in acted.items() if now - t <= self.window_s)
+        self._note_gaps(acted)
+        recent = sorted(i for i, t in acted.items() if now - t <= max(self.window_s, 2 * self._gap.get(i, 0.0)))
         present = await self.backend.present(recent, self.now_ms()) if recent else set()
         for gone in [i for i in self._absent if i not in acted]:
             del self._absent[gone]  # forgotten by the run cache
@@ -123,6 +128,17 @@ class StoreSharing:
                 log.info("the replicas seen at work share this replica's store again (or are gone)")
             if self.on_change is not None:
                 self.on_change()
+
+    def _note_gaps(self, acted: Mapping[str, float]) -> None:
+        """Keep, for each replica at work, the longest gap seen between two of its acts."""
+        for i, t in acted.items():
+            last = self._last_act.get(i)
+            if last is not None and t > last:
+                self._gap[i] = max(self._gap.get(i, 0.0), t - last)
+            self._last_act[i] = t
+        for gone in [i for i in self._last_act if i not in acted]:
+            del self._last_act[gone]  # forgotten by the run cache
+            self._gap.pop(gone, None)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="anarchon-store-sharing")
