@@ -210,3 +210,33 @@ def test_catch_up_after_a_store_restarted_empty_while_no_replica_ran(
     by_slot = {int(r["spec"]["slot"]): r for r in cluster.runs("forgetting")}
     assert {by_slot[s]["spec"]["trigger"] for s in missed} == {"CatchUp"}
     assert {_status(by_slot[s])["phase"] for s in missed} == {"Succeeded"}
+
+
+def test_a_takeover_after_the_store_forgot_the_run_is_numbered_after_the_runs_object(
+    cluster: Cluster, replicas_factory, forgetful_redis: RedisServer
+) -> None:
+    """Redis restarts empty under a running run, which is claimed again (the store counts 1,
+    the object 2); then its runner is killed and a backup takes it over (the store counts 2).
+    The TakeOver Event names the attempt the run's object records (3). Before, it named the
+    store's number, below the object's."""
+    replicas: Replicas = replicas_factory(forgetful_redis.url)
+    for i in range(2):  # a suspended job's open runs are mended at each resync: make it short
+        replicas.start(f"replica-{i}", "--resync", "2s")
+    cluster.apply(job_manifest("renumbered", every="1h", suspend=True, annotations={RUN_SECONDS: "40"}))
+    run = cluster.trigger_running("renumbered")
+    name = run["metadata"]["name"]
+    runner = _runner_of(cluster, "renumbered", 1)
+    replicas.kill(runner, signal.SIGKILL)
+    forgetful_redis.restart()
+    replicas.start(runner, "--resync", "2s")
+    runner = _runner_of(cluster, "renumbered", 2)
+    replicas.kill(runner, signal.SIGKILL)
+    replicas.start(runner, "--resync", "2s")
+    _runner_of(cluster, "renumbered", 3)
+    messages = until(
+        "the TakeOver Event",
+        lambda: [e["message"] for e in cluster.events("TakeOver") if name in e["message"]],
+        timeout=30,
+    )
+    assert any(f"run {name}: attempt 3 taken over by" in m for m in messages), messages
+    assert not any("attempt 1 " in m or "attempt 2 " in m for m in messages), messages
