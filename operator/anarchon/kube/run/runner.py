@@ -181,6 +181,9 @@ class PodRunner:
             # Watched from before its launch, a Pod needs no read after it: its create's reply is
             # its state then, and every change since reaches ``since``.
             with interest_in(held.wiring.pod_watch, spec.namespace, pod_name(name, try_number)) as since:
+                # Asked for before the launch as well: a replica stopped while the launch's writes
+                # wait for their replies still owes the job's status this run (it flushes it).
+                await self._changed(spec, ended=False)
                 view, new = await adopt_or_launch(held, run_uid, try_number, existing, next_try_at)
                 await self._changed(spec, ended=False)
                 try:
