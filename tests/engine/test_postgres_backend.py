@@ -494,3 +494,48 @@ async def test_a_batch_of_claims_is_one_round_trip_and_two_batches_never_deadloc
                 assert isinstance(answer, ClaimResult) and answer.run is not None and answer.run.job == j
     finally:
         await other.close()
+
+
+async def test_heartbeats_out_together_are_one_statement_each_fenced_on_its_own(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """Forty runs beat at once: the server runs three UPDATEs on the runs table (two beats sent
+    alone while nothing was out, then the thirty-eight that came meanwhile in one), counted by a
+    statement trigger of the server's own; it was forty. In the batch, a beat with a stale token,
+    one of a run already over and one of a run never claimed are each refused (False), the
+    others each pushed their own lease."""
+    runs = [ClaimRequest(f"j{i:02d}", 1, "a", f"tok-{i}", NOW, LEASE, Overlap.ALLOW) for i in range(40)]
+    assert all(isinstance(r, ClaimResult) and r.won for r in await backend.claim_many(runs))
+    assert await backend.finish("j39", 1, "tok-39", NOW, RunState.SUCCEEDED)
+    table = backend.table
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute(
+            sql.SQL(
+                "CREATE SEQUENCE {seq}; CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN PERFORM nextval({seq_name}); RETURN NULL; END $$;"
+                " CREATE TRIGGER {trg} AFTER UPDATE ON {runs} FOR EACH STATEMENT EXECUTE FUNCTION {fn}()"
+            ).format(
+                seq=sql.Identifier(f"{table}_updates"),
+                seq_name=sql.Literal(f"{table}_updates"),
+                fn=sql.Identifier(f"{table}_count"),
+                trg=sql.Identifier(f"{table}_count"),
+                runs=sql.Identifier(table),
+            )
+        )
+        beat_at = NOW + 1_000
+        beats = [(r.job, r.slot, r.token) for r in runs]
+        beats[5] = ("j05", 1, "stale")
+        beats.append(("never-claimed", 1, "tok"))
+        answers = await asyncio.gather(*(backend.heartbeat(j, s, t, beat_at, LEASE) for j, s, t in beats))
+        cur = await admin.execute(sql.SQL("SELECT last_value FROM {}").format(sql.Identifier(f"{table}_updates")))
+        row = await cur.fetchone()
+    assert row is not None and row[0] == 3, f"{row} UPDATE statements for {len(beats)} heartbeats"
+    refused = {5, 39, 40}
+    assert answers == [i not in refused for i in range(len(beats))], answers
+    for i, r in enumerate(runs):
+        run = await backend.get_run(r.job, 1)
+        assert run is not None
+        if i in refused:
+            assert run.lease_until_ms in (NOW + LEASE, 0), run
+        else:
+            assert (run.state, run.lease_until_ms) == (RunState.RUNNING, beat_at + LEASE), run
