@@ -551,7 +551,9 @@ class PostgresBackend(LeaseBackend):
                 task.exception()  # retrieved: the TimeoutError below says what happened
             raise TimeoutError
         finally:
-            task.cancel()  # a no-op once it ended; else we were cancelled ourselves
+            if not task.done():  # we were cancelled ourselves (a heartbeat given up): it ends alone
+                task.cancel()
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _rows(self, query: bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def op(conn: Conn) -> list[tuple[Any, ...]]:
