@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import random
+import signal
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -19,12 +22,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from anarchon.engine import transitions
+from anarchon.engine import RunContext, Scheduler, SystemClock, transitions
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends import from_url
 from anarchon.engine.backends.postgres import PostgresBackend
 from anarchon.engine.errors import ConfigError, StoreError
 from anarchon.engine.model import ClaimOutcome, ClaimResult, Overlap, Run, RunState
+from tests.harness.engine import Calls, Recorder
+from tests.harness.until import until_async
 from tests.servers.postgres import PostgresServer
 
 NOW = 1_800_000_000_000
@@ -539,3 +544,61 @@ async def test_heartbeats_out_together_are_one_statement_each_fenced_on_its_own(
             assert run.lease_until_ms in (NOW + LEASE, 0), run
         else:
             assert (run.state, run.lease_until_ms) == (RunState.RUNNING, beat_at + LEASE), run
+
+
+async def test_a_heartbeat_on_a_frozen_connection_holds_the_next_back_no_longer_than_a_heartbeat(
+    postgres_url: str,
+) -> None:
+    """The server process of the lease connection freezes (SIGSTOP) as a heartbeat goes out on
+    it: no reply, ever, while the server serves every other connection. The attempt gives that
+    beat up when the next is due, the next goes out on a new connection and pushes the lease,
+    and the run ends Succeeded in its first attempt. Before, the attempt waited for the command
+    timeout (here 10 s, the default 30 s) and lost its lease (3 s)."""
+    job = unique("frozen")
+    backend = PostgresBackend(postgres_url, table=unique("t"), command_timeout_s=10.0)
+    frozen: list[int] = []
+    sent: list[tuple[float, object]] = []
+    heartbeat = backend.heartbeat
+
+    async def timed(job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        if len(sent) == 2:  # the third beat: freeze the connection it is about to use
+            (conn,) = backend._lease_idle
+            frozen.append(conn.info.backend_pid)
+            os.kill(frozen[0], signal.SIGSTOP)
+        sent.append((time.monotonic(), None))
+        try:
+            ok = await heartbeat(job, slot, token, now_ms, lease_ms)
+        except BaseException as exc:
+            sent[-1] = (sent[-1][0], exc)
+            raise
+        sent[-1] = (sent[-1][0], ok)
+        return ok
+
+    backend.heartbeat = timed  # type: ignore[method-assign]
+    clock = SystemClock()
+    calls = Calls(clock)
+    listener = Recorder()
+
+    async def work(ctx: RunContext) -> None:
+        await until_async("five heartbeats", lambda: len(sent) >= 5, timeout=30)
+
+    sched = Scheduler(backend, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job, "1h", calls.handler(work), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await sched.trigger(job)
+        await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+    finally:
+        if frozen:
+            os.kill(frozen[0], signal.SIGCONT)
+        await sched.stop()
+        await backend.close()
+    assert frozen, "the third heartbeat met the frozen connection"
+    assert not listener.of("fenced"), listener.events
+    (stalled_at, stalled), (next_at, _) = sent[2], sent[3]
+    assert isinstance(stalled, asyncio.CancelledError), f"the frozen beat was given up: {stalled!r}"
+    assert next_at - stalled_at < 1.7, sent  # a heartbeat later (and a loaded machine's slack)
+    # (The fifth may be cut short by the attempt's end.)
+    assert [ok for _, ok in sent[:2] + sent[3:4]] == [True] * 3, sent
+    assert [(c.attempt, c.stop_reason) for c in calls.calls] == [(1, None)]
+    assert [e[4] for e in listener.of("finished")] == ["Succeeded"]

@@ -390,6 +390,7 @@ class Beats:
     blockers: list[ClaimRequest]  # two more runs, whose heartbeats take the Coalescer's two slots
     sizes: list[int] = field(default_factory=list)  # the size of each batch the Coalescer sent, in order
     _before: Callable[[], object] | None = None
+    _blocking: list[asyncio.Future[bool]] = field(default_factory=list)
     _sent: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -399,6 +400,7 @@ class Beats:
             self.sizes.append(len(beats))
             if self._before is not None and len(beats) == len(self.runs):
                 self._before, before = None, self._before
+                await asyncio.wait(self._blocking)  # the fault meets this batch alone
                 before()
                 self._sent.set()
             return await send(beats)
@@ -417,7 +419,7 @@ class Beats:
         return list(await asyncio.gather(*(self.beat(r, at) for r in self.runs), return_exceptions=True))
 
     async def leases(self) -> list[int | None]:
-        """Each run's lease end as Redis holds it (read past the proxy)."""
+        """Each run's lease end as the server holds it (read past the proxy)."""
         direct = await self.store.direct()
         runs = [await direct.get_run(r.job, SLOT) for r in self.runs]
         return [None if run is None else run.lease_until_ms for run in runs]
@@ -431,14 +433,15 @@ class Beats:
         ``fault()`` put in place just before (it stays until the test removes it).
 
         The blockers' heartbeats go first, each alone (the Coalescer's two slots); the runs'
-        heartbeats meanwhile wait together, and go as one pipeline when the first blocker is
-        answered, on the connection it has just used. What the blockers get is not checked
-        (the second may meet the fault too).
+        heartbeats meanwhile wait together, and go as one batch when the first blocker is
+        answered, once the second is too (so that the fault meets the batch alone), on a
+        connection one of them has just used. What the blockers get is not checked.
         """
         self._before = fault
         self._sent.clear()
-        for blocker in self.blockers:  # their outcome is read here, so that no error goes unretrieved
-            self.beat(blocker, at).add_done_callback(lambda b: b.cancelled() or b.exception())
+        self._blocking = [self.beat(blocker, at) for blocker in self.blockers]
+        for blocker in self._blocking:  # their outcome is read here, so that no error goes unretrieved
+            blocker.add_done_callback(lambda b: b.cancelled() or b.exception())
         await asyncio.sleep(0)
         assert len(self.coalescer._out) == 2, "the blockers' heartbeats take the two slots"
         batch = [self.beat(r, at) for r in self.runs]

@@ -259,6 +259,19 @@ $fn$;
 _FENCE = "job = %s AND slot = %s AND token = %s AND state IN ('Claimed', 'Running')"
 
 
+async def _end(task: asyncio.Future[Any]) -> None:
+    """Interrupt a psycopg call, and once more after :data:`CANCEL_GRACE_S`; return once it ended.
+
+    Its outcome is read here: the caller says what happened (a timeout, a cancellation).
+    """
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task})
+
+
 def _claim_result(rows: Sequence[Sequence[Any]]) -> ClaimResult:
     """A claim's answer from the claim function's rows (role, then the run's columns)."""
     decided = [r for r in rows if r[0] != "replaced"]
@@ -534,26 +547,24 @@ class PostgresBackend(LeaseBackend):
         statement to end, up to 5 s each. A frozen server answers neither, and the call would
         last 10 s past its timeout: after :data:`CANCEL_GRACE_S` it is interrupted once more,
         and psycopg closes the connection (psycopg#1435). Raises TimeoutError.
+
+        A caller that gives up first (a heartbeat whose next one is due) has the call ended the
+        same way before its connection is closed: closed under a call still waiting on its
+        socket, the descriptor went to the next connection, and the old call's wait broke the
+        new connection's next call ("connection socket closed").
         """
         if self._command_timeout_s is None:
             return await call
         task = asyncio.ensure_future(call)
         try:
             done, _ = await asyncio.wait({task}, timeout=self._command_timeout_s)
-            if task in done:
-                return task.result()
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
-            if not done:
-                task.cancel()
-                await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # retrieved: the TimeoutError below says what happened
-            raise TimeoutError
-        finally:
-            if not task.done():  # we were cancelled ourselves (a heartbeat given up): it ends alone
-                task.cancel()
-                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        except asyncio.CancelledError:
+            await _end(task)
+            raise
+        if task in done:
+            return task.result()
+        await _end(task)
+        raise TimeoutError
 
     async def _rows(self, query: bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def op(conn: Conn) -> list[tuple[Any, ...]]:
