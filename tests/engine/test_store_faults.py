@@ -31,6 +31,13 @@ from tests.harness.until import until_async
 SLOT = 1_800_000_000_000
 
 
+async def one_attempt(sched: Scheduler, job: str, listener: Recorder) -> None:
+    """Start ``sched``, trigger ``job`` at SLOT and wait for its attempt's end (finished or fenced)."""
+    await sched.start()
+    await sched.trigger(job, SLOT)
+    await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+
+
 async def test_a_store_blip_at_confirm_is_retried_not_taken_for_fenced(
     make_backend: Callable[[], LeaseBackend], job_name: str
 ) -> None:
@@ -54,10 +61,8 @@ async def test_a_store_blip_at_confirm_is_retried_not_taken_for_fenced(
 
     sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
     sched.every(job_name, "1h", calls.handler(careful), jitter=0, heartbeat="1s", lease="3s")
-    await sched.start()
     try:
-        await sched.trigger(job_name, SLOT)
-        await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+        await one_attempt(sched, job_name, listener)
         run = await store.inner.get_run(job_name, SLOT)
         assert run is not None
         assert store.rules[0].fired == 1, "the fault must have hit confirm()'s heartbeat"
@@ -423,10 +428,8 @@ async def test_a_heartbeat_that_never_answers_holds_the_next_back_no_longer_than
 
     sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
     sched.every(job_name, "1h", calls.handler(work), jitter=0, heartbeat="1s", lease="4s")
-    await sched.start()
     try:
-        await sched.trigger(job_name, SLOT)
-        await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+        await one_attempt(sched, job_name, listener)
         assert stalled.fired == 1
         assert not listener.of("fenced"), listener.events
         assert [(c.attempt, c.stop_reason) for c in calls.calls] == [(1, None)]
