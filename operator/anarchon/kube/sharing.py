@@ -11,9 +11,12 @@ those writes: :meth:`.RunCache.acted`). So every ``every_s`` each replica
   periods, so one that shares the store is never missing from it for a whole period;
 * asks its store (:meth:`PresenceStore.present`) about the others it saw at work within
   WINDOW_PERIODS periods; one the store does not know is *absent* from that check on;
-* calls an absent replica a stranger once it was seen at work more than a period after it was
-  first found absent (a replica sharing the store would have noted itself meanwhile, even
-  after a Redis restart that lost every record), at STRIKES checks in a row.
+* suspects an absent replica once it was seen at work more than a period after it was first
+  found absent (a replica sharing the store would have noted itself meanwhile, even after a
+  Redis restart that lost every record), and calls it a stranger once it has been a suspect
+  at every check for SUSPECT_PERIODS periods: a replica that shares the store but was frozen
+  or starved longer than its record lives acts at once when it wakes (its writes were queued)
+  and notes itself only at its next check, which its backlog may hold up for a while.
 
 Not a stranger, then: a replica that has stopped (it is at work no more), one that shares the
 store but lost its record (it notes itself again within a period), an older version during
@@ -45,8 +48,9 @@ TTL_PERIODS = 3
 #: How long a replica counts as at work after its last act, and how long this replica watches
 #: before it calls anyone a stranger, in periods.
 WINDOW_PERIODS = 20
-#: Checks in a row that must find a replica a stranger before it is called one.
-STRIKES = 2
+#: How long a replica must be seen at work while absent from the store before it is called a
+#: stranger, in periods: longer than a sharing replica's backlog after a freeze.
+SUSPECT_PERIODS = 3
 
 STORE_NOT_SHARED = "StoreNotShared"
 
@@ -77,7 +81,7 @@ class StoreSharing:
         self.strangers: frozenset[str] = frozenset()
         self._since = monotonic()
         self._absent: dict[str, float] = {}  # replica -> the first check that found it absent
-        self._strikes: dict[str, int] = {}
+        self._suspect_since: dict[str, float] = {}  # replica -> the first check of its suspicion
         self._last_act: dict[str, float] = {}  # each replica's last act seen at a check
         self._gap: dict[str, float] = {}  # the longest time seen between two of its acts
         self._failing = False
@@ -118,8 +122,9 @@ class StoreSharing:
             since = self._absent.setdefault(i, now)
             if acted[i] > since + self.every_s and acted[i] > self._since + self.window_s:
                 suspects.add(i)
-        self._strikes = {i: self._strikes.get(i, 0) + 1 for i in suspects}
-        strangers = frozenset(i for i, n in self._strikes.items() if n >= STRIKES)
+        self._suspect_since = {i: self._suspect_since.get(i, now) for i in suspects}
+        held = SUSPECT_PERIODS * self.every_s
+        strangers = frozenset(i for i, since in self._suspect_since.items() if now - since >= held)
         if strangers != self.strangers:
             self.strangers = strangers
             if strangers:
