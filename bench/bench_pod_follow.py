@@ -34,12 +34,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "e2e" / "controlplane"))
 
-from controlplane import ControlPlane  # noqa: E402
-
 from anarchon.kube.client import Kube, connect, path  # noqa: E402
-from anarchon.kube.constants import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
 from anarchon.kube.pods import PodFate, fate_of, read_pod  # noqa: E402
 from anarchon.kube.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
+from controlplane import ControlPlane  # noqa: E402
+
+from anarchon.kube.constants import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
 from anarchon.kube.run.runner import PodRunner  # noqa: E402
 
 POLL_S = PodRunner.__init__.__kwdefaults__["poll_s"]

@@ -74,7 +74,7 @@ _DROPPED = {
     "x-kubernetes-unions",
 }
 
-#: What AnarchonJob asks of a Pod template beyond the Pod API (operator/anarchon/kube/spec.py checks
+#: What AnarchonJob asks of a Pod template beyond the Pod API (operator/anarchon/kube/job/spec.py checks
 #: the same): at least one container, each with an image, and restartPolicy Never.
 _POD_SPEC_DESCRIPTION = (
     "The PodSpec of each try's Pod (the Pod API's own schema; see kubectl explain pod.spec), "

@@ -1,6 +1,6 @@
 """The operator's API client against the real test API server: requests, errors, credentials.
 
-The client is a thin one over aiohttp; credentials are read by :mod:`anarchon.kube.kubeconfig`,
+The client is a thin one over aiohttp; credentials are read by :mod:`anarchon.kube.api.kubeconfig`,
 which hands only ``exec`` plugins and auth providers to kubernetes_asyncio's loader.
 """
 
@@ -22,8 +22,8 @@ import pytest
 from controlplane import ControlPlane
 
 from anarchon.engine.lag import LoopLag
-from anarchon.kube import kubeconfig
-from anarchon.kube.client import (
+from anarchon.kube.api import kubeconfig
+from anarchon.kube.api.client import (
     ApiException,
     CredentialsError,
     _Turns,
@@ -222,7 +222,7 @@ def test_a_replica_never_imports_the_typed_models(control_plane: ControlPlane) -
     code = f"""
 import asyncio, sys
 import anarchon.kube.main
-from anarchon.kube.client import connect
+from anarchon.kube.api.client import connect
 async def go():
     kube = await connect({str(control_plane.kubeconfig)!r})
     await kube.request("GET", "/api/v1/namespaces/default")

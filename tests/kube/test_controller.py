@@ -15,14 +15,14 @@ import pytest
 
 from anarchon.engine import Scheduler
 from anarchon.engine.backends import from_url
-from anarchon.kube import controller as controller_module
-from anarchon.kube.client import Kube
-from anarchon.kube.controller import JobController
-from anarchon.kube.events import EventPoster
-from anarchon.kube.kubeconfig import Endpoint
-from anarchon.kube.metrics import Metrics
-from anarchon.kube.spec import JobSpec, parse_job, schedule_column, slot_time
-from anarchon.kube.status import _condition
+from anarchon.kube.api.client import Kube
+from anarchon.kube.api.kubeconfig import Endpoint
+from anarchon.kube.job import controller as controller_module
+from anarchon.kube.job.controller import JobController
+from anarchon.kube.job.spec import JobSpec, parse_job, schedule_column, slot_time
+from anarchon.kube.job.status import _condition
+from anarchon.kube.report.kube_events import EventPoster
+from anarchon.kube.report.metrics import Metrics
 
 HOUR_MS = 3_600_000
 

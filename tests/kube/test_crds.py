@@ -3,7 +3,7 @@
 The schema is the first line of defence (a bad spec is refused at ``kubectl apply`` with a
 message, instead of surfacing later as an operator condition), so each rule is tried on
 the real apiserver rather than trusted from reading the YAML. The first tests need no
-cluster: they keep the CRDs and the parser (operator/anarchon/kube/spec.py) in agreement.
+cluster: they keep the CRDs and the parser (operator/anarchon/kube/job/spec.py) in agreement.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from controlplane import ControlPlane
 from anarchon.engine import limits as L
 from anarchon.engine.schedule import MACROS, cron
 from anarchon.kube import constants as C
-from anarchon.kube import spec as S
-from anarchon.kube.spec import SpecError, parse_job
+from anarchon.kube.job import spec as S
+from anarchon.kube.job.spec import SpecError, parse_job
 from tests.harness.controlplane import JOB_CRD, REPO, RUN_CRD
 from tests.kube.crdlib import explain, job
 

@@ -12,7 +12,7 @@ import pytest
 
 from anarchon.engine.errors import ScheduleError
 from anarchon.engine.schedule import MACROS, cron
-from anarchon.kube.spec import SpecError, parse_job, schedule_column, slot_time
+from anarchon.kube.job.spec import SpecError, parse_job, schedule_column, slot_time
 
 #: 2027-03-26T12:00:00Z, a Friday, two days before Paris springs forward.
 AFTER = 1_806_062_400_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
+from anarchon.kube.api.client import Kube
+from anarchon.kube.report.kube_events import EventPoster
 
 UID = "0b5c1f5e-6a7e-4e8e-9a55-1c0f00000001"
 

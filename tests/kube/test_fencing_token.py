@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anarchon.engine.limits import MAX_SLOT_MS, MIN_SLOT_MS
-from anarchon.kube.workload import ATTEMPT_SPAN, fencing_token
+from anarchon.kube.run.workload import ATTEMPT_SPAN, fencing_token
 
 slots = st.integers(MIN_SLOT_MS, MAX_SLOT_MS)
 attempts = st.integers(1, ATTEMPT_SPAN - 1)

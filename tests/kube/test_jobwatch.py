@@ -8,9 +8,9 @@ from typing import Any
 
 from controlplane import ControlPlane
 
-from anarchon.kube.client import Kube
+from anarchon.kube.api.client import Kube
 from anarchon.kube.constants import API_VERSION, GROUP, JOB_KIND, JOBS, VERSION
-from anarchon.kube.jobwatch import JobWatch
+from anarchon.kube.job.jobwatch import JobWatch
 from tests.harness.until import until_async
 
 

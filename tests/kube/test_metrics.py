@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from anarchon import __version__
 from anarchon.engine import RunState, every
-from anarchon.kube.metrics import SLOTS_SINCE_SUCCESS_CAP, JobTimes, Metrics, MetricsListener
+from anarchon.kube.report.metrics import SLOTS_SINCE_SUCCESS_CAP, JobTimes, Metrics, MetricsListener
 
 NOW = 1_800_000_000_000  # a whole minute
 JOB = {"namespace": "team-a", "job": "report"}

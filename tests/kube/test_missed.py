@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from anarchon.engine.schedule import every
-from anarchon.kube import missed
 from anarchon.kube.constants import MISSED_WINDOWS_KEPT
+from anarchon.kube.job import missed
 
 TEN_S = every("10s")
 T = 1_800_000_000_000

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from controlplane import ControlPlane
 
-from anarchon.kube.spec import parse_job
+from anarchon.kube.job.spec import parse_job
 from tests.harness.controlplane import JOB_CRD
 from tests.kube.crdlib import explain, job
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from anarchon.kube.client import Kube
-from anarchon.kube.pods import follower_label
-from anarchon.kube.podwatch import PodWatch
+from anarchon.kube.api.client import Kube
+from anarchon.kube.run.pods import follower_label
+from anarchon.kube.run.podwatch import PodWatch
 from tests.harness.runs import started
 
 

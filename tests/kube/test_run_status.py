@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from anarchon.engine import Cause, RunState
+from anarchon.kube.job.spec import parse_job
 from anarchon.kube.run.record import (
     RunStatus,
     Status,
@@ -29,7 +30,6 @@ from anarchon.kube.run.record import (
     trigger_of,
     try_failed,
 )
-from anarchon.kube.spec import parse_job
 
 RUN_CRD = Path(__file__).resolve().parents[2] / "crds" / "anarchonruns.anarchon.io.yaml"
 AT = datetime(2026, 12, 3, 17, 0, 30, tzinfo=UTC)

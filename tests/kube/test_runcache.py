@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from controlplane import ControlPlane
 
-from anarchon.kube.client import Kube
+from anarchon.kube.api.client import Kube
 from anarchon.kube.constants import API_VERSION, GROUP, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUN_KIND, RUNS, VERSION
+from anarchon.kube.job.spec import slot_time
 from anarchon.kube.run import cache as runcache
 from anarchon.kube.run.cache import RunCache
-from anarchon.kube.spec import slot_time
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.controlplane import typed_connect
 from tests.harness.until import until_async
@@ -139,7 +139,7 @@ async def _write_status(kube: Kube, namespace: str, name: str, status: dict[str,
 async def test_who_acted_is_who_added_an_attempt_or_skipped_a_slot(
     kube: Kube, namespace: str, crds: ControlPlane
 ) -> None:
-    """What tells the replicas at work (see anarchon.kube.sharing): an attempt added names its own
+    """What tells the replicas at work (see anarchon.kube.job.sharing): an attempt added names its own
     replica, a run turned Skipped its writer. Other writes naming a replica (the run's end, written
     on a run that names an earlier attempt) are no act of it, and a listing shows no act."""
     await kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, RUNS, _run("d", 1_000))

@@ -22,13 +22,13 @@ import pytest
 
 from anarchon.engine import RunInterrupted, RunSkipped
 from anarchon.engine.attempt import SHUTDOWN
-from anarchon.kube import client as kube_client
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
-from anarchon.kube.podwatch import PodWatch
+from anarchon.kube.api import client as kube_client
+from anarchon.kube.api.client import Kube
+from anarchon.kube.job.spec import JobSpec, parse_job, run_name
+from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run import record as runs
+from anarchon.kube.run.podwatch import PodWatch
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import RUN_STATUS, SLOT, YES, attempt, started

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from anarchon.engine import RunContext, RunInterrupted
-from anarchon.kube import client as kube_client
-from anarchon.kube.client import Kube, path
-from anarchon.kube.events import EventPoster
-from anarchon.kube.pods import pods_of_run
-from anarchon.kube.podwatch import PodWatch
+from anarchon.kube.api import client as kube_client
+from anarchon.kube.api.client import Kube, path
+from anarchon.kube.job.spec import JobSpec, parse_job, run_name
+from anarchon.kube.report.kube_events import EventPoster
+from anarchon.kube.run.pods import pods_of_run
+from anarchon.kube.run.podwatch import PodWatch
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import SLOT, attempt
 from tests.harness.until import until_async

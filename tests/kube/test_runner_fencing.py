@@ -16,13 +16,13 @@ import pytest
 
 from anarchon.engine import RunInterrupted
 from anarchon.engine.attempt import ENDED
-from anarchon.kube.client import Kube, path
+from anarchon.kube.api.client import Kube, path
 from anarchon.kube.constants import RUNS
-from anarchon.kube.events import EventPoster
-from anarchon.kube.pods import pods_of_run
+from anarchon.kube.job.spec import JobSpec, parse_job, run_name
+from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run import record as runs
+from anarchon.kube.run.pods import pods_of_run
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import SLOT, attempt
 

@@ -15,7 +15,7 @@ from anarchon.engine import LeaseBackend, RunState
 from anarchon.engine.backend import ClaimRequest
 from anarchon.engine.backends import from_url
 from anarchon.engine.errors import StoreError
-from anarchon.kube.served import FORGET_AFTER_MS, FORGET_EVERY_MS, NOTE_EVERY_MS, ServedJobs
+from anarchon.kube.job.served import FORGET_AFTER_MS, FORGET_EVERY_MS, NOTE_EVERY_MS, ServedJobs
 from tests.faults.storefaults import FaultyStore
 
 T0 = 1_800_000_000_000

@@ -20,10 +20,10 @@ from controlplane import ControlPlane
 from anarchon.engine import Backend, Scheduler, StoreError
 from anarchon.engine.backends import from_url
 from anarchon.kube.constants import GROUP, JOB_KIND, JOBS, VERSION
-from anarchon.kube.events import EventPoster
-from anarchon.kube.sharing import STORE_NOT_SHARED, STRIKES, WINDOW_PERIODS, StoreSharing
-from anarchon.kube.spec import parse_job
-from anarchon.kube.status import JobStatus
+from anarchon.kube.job.sharing import STORE_NOT_SHARED, STRIKES, WINDOW_PERIODS, StoreSharing
+from anarchon.kube.job.spec import parse_job
+from anarchon.kube.job.status import JobStatus
+from anarchon.kube.report.kube_events import EventPoster
 
 EVERY_S = 10.0
 
@@ -209,7 +209,7 @@ async def test_failed_presence_calls_change_nothing_and_a_few_missed_notes_make_
     the test's clock): a check whose call fails, before it was sent or with its reply lost, leaves
     the judgement as it was; a replica at work whose notes fail for fewer periods than its record
     lives is never called a stranger."""
-    from anarchon.kube.sharing import TTL_PERIODS
+    from anarchon.kube.job.sharing import TTL_PERIODS
     from tests.faults.storefaults import FaultyStore
 
     shared = from_url(f"sqlite://{tmp_path / 'shared.db'}")

@@ -32,7 +32,7 @@ from anarchon.kube.constants import (
     LABEL_TRY,
     MANAGED_BY,
 )
-from anarchon.kube.spec import (
+from anarchon.kube.job.spec import (
     CRD_DEFAULTS,
     JobSpec,
     SpecError,

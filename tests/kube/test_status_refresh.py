@@ -13,12 +13,12 @@ import pytest
 
 from anarchon.engine import Scheduler
 from anarchon.engine.backends import from_url
-from anarchon.kube import status as status_module
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
-from anarchon.kube.kubeconfig import Endpoint
-from anarchon.kube.spec import JobSpec, parse_job
-from anarchon.kube.status import JobStatus
+from anarchon.kube.api.client import Kube
+from anarchon.kube.api.kubeconfig import Endpoint
+from anarchon.kube.job import status as status_module
+from anarchon.kube.job.spec import JobSpec, parse_job
+from anarchon.kube.job.status import JobStatus
+from anarchon.kube.report.kube_events import EventPoster
 
 START_S, END_S = 2.0, 0.2  # the waits after a run's start and end, shortened
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from anarchon.engine.limits import MAX_SLOT_MS
-from anarchon.kube.triggers import parse_trigger
+from anarchon.kube.job.triggers import parse_trigger
 
 
 @pytest.mark.parametrize(

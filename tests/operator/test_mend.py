@@ -23,15 +23,15 @@ from anarchon.engine import Job, Scheduler
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
 from anarchon.engine.model import ClaimOutcome, Overlap, RunState
-from anarchon.kube import client as kube_client
-from anarchon.kube.client import ApiException, Kube, connect
-from anarchon.kube.events import EventPoster
-from anarchon.kube.mend import mend_runs
-from anarchon.kube.pods import pods_of_run
+from anarchon.kube.api import client as kube_client
+from anarchon.kube.api.client import ApiException, Kube, connect
+from anarchon.kube.job.spec import JobSpec, engine_key, parse_job, run_name
+from anarchon.kube.job.status import JobStatus
+from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run import record as runs
+from anarchon.kube.run.mend import mend_runs
+from anarchon.kube.run.pods import pods_of_run
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
-from anarchon.kube.status import JobStatus
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import attempt
@@ -449,8 +449,8 @@ async def _replica_listener(
     proxy: ApiFaultProxy, spec: JobSpec, *, api_concurrency: int | None = None
 ) -> AsyncIterator[tuple[Kube, Any, Any]]:
     """A replica's listener ("me") talking through ``proxy``, its run cache listed: (kube, listener, cache)."""
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
+    from anarchon.kube.report.listener import OperatorListener
+    from anarchon.kube.report.metrics import Metrics
     from anarchon.kube.run.cache import RunCache
 
     kube = await connect(str(proxy.kubeconfig), api_concurrency=api_concurrency)
@@ -513,7 +513,7 @@ async def test_a_skip_is_left_to_a_reporter_that_is_still_heard_from(
     skip (before, ours created it at 3 s); one that falls silent is replaced within seconds;
     one heard from that never writes it is replaced after SKIP_LEFT_TO_A_LIVE_REPORTER_S (8 s here)."""
     from anarchon.engine import Run
-    from anarchon.kube import listener as listener_module
+    from anarchon.kube.report import listener as listener_module
 
     monkeypatch.setattr(listener_module, "SKIP_LEFT_TO_A_LIVE_REPORTER_S", 8.0)
     silent_at = {"writes it at 10 s": 12.0, "falls silent at 2 s": 2.0}.get(reporter, 20.0)
@@ -570,8 +570,8 @@ async def test_a_skips_event_waits_behind_the_requests_of_runs_queued_after_it_i
     wrote nearly every skip). Its create and status go in one turn, without a read between."""
     from weakref import WeakKeyDictionary
 
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
+    from anarchon.kube.report.listener import OperatorListener
+    from anarchon.kube.report.metrics import Metrics
 
     monkeypatch.setattr(kube_client, "_turns", WeakKeyDictionary())  # this loop's turns: one
     with ApiFaultProxy(control_plane) as proxy:

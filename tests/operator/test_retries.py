@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
-from anarchon.kube.pods import build_pod, create_pod
+from anarchon.kube.api.client import Kube
+from anarchon.kube.job.spec import JobSpec, parse_job, pod_name, run_name
+from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run import record as runs
+from anarchon.kube.run.pods import build_pod, create_pod
 from anarchon.kube.run.replaced import end_replaced
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, parse_job, pod_name, run_name
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.runs import SLOT, attempt
 from tests.harness.until import until

@@ -17,7 +17,7 @@ from .common import Failure
 
 if TYPE_CHECKING:
     from ..engine import RunState
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 POLL_S = 1.0
 
@@ -68,7 +68,7 @@ async def follow(
     A ``claimed`` run (one being cancelled) exists already: nothing is said of waiting for it.
     """
     from ..engine.durations import format_duration
-    from ..kube.client import ApiException, call, path
+    from ..kube.api.client import ApiException, call, path
     from ..kube.constants import RUNS
     from ..kube.run.record import RunStatus
 

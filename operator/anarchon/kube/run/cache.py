@@ -39,9 +39,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...engine import RunState
-from ..client import Kube
+from ..api.client import Kube
+from ..api.watching import ScopedWatch, registered
 from ..constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
-from ..watching import ScopedWatch, registered
 from .record import Cancel, RunStatus, cancel_of
 
 Key = tuple[str, str]  # namespace, name

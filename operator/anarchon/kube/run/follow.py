@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 from ...engine import RunInterrupted, RunState
 from ...engine.attempt import REPLACED, SHUTDOWN
 from ...engine.durations import format_duration
-from ..client import ApiException, in_background
-from ..pods import PodFate, PodView, delete_pod, fate_of, follow_pod, follower_of, read_pod, running_for_s
-from ..podwatch import PodChange, interest_in
-from ..watching import uid_of
+from ..api.client import ApiException, in_background
+from ..api.watching import uid_of
 from . import record
 from .held import Held
 from .pending import pending
+from .pods import PodFate, PodView, delete_pod, fate_of, follow_pod, follower_of, read_pod, running_for_s
+from .podwatch import PodChange, interest_in
 from .replaced import REPLACED_BY_NEWER, end_replaced
 
 log = logging.getLogger("anarchon.kube.run.follow")

@@ -16,15 +16,15 @@ from typing import Any, NoReturn
 
 from ...engine import RunCancelled, RunContext, RunFailed, RunInterrupted, RunState
 from ...engine.attempt import FENCED
-from ..client import Kube
+from ..api.client import Kube
+from ..api.watching import uid_of
 from ..constants import RUN_KIND
-from ..events import EventPoster
-from ..pods import PodView
-from ..podwatch import PodWatch, wait_for_change
-from ..spec import JobSpec
-from ..watching import uid_of
+from ..job.spec import JobSpec
+from ..report.kube_events import EventPoster
 from . import record
 from .cache import CancelWake
+from .pods import PodView
+from .podwatch import PodWatch, wait_for_change
 
 #: The reason of the Events of a cancelled run.
 CANCELLED = str(RunState.CANCELLED)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 from ...engine import Overlap, RunSkipped
-from ..pods import PodFate, fate_of, pods_of_run, run_of
 from . import record
 from .held import Held
+from .pods import PodFate, fate_of, pods_of_run, run_of
 from .replaced import end_replaced
 
 log = logging.getLogger("anarchon.kube.run.overlap")

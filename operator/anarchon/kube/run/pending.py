@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from ...engine import RunFailed, RunState
 from ...engine.durations import format_duration
-from ..pods import PodFate, PodView, Waiting, delete_pod, pending_for_s, waiting_of
 from . import record
 from .held import Held
+from .pods import PodFate, PodView, Waiting, delete_pod, pending_for_s, waiting_of
 
 
 async def pending(held: Held, view: PodView, shown: str | None) -> tuple[str | None, float | None]:

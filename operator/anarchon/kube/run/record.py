@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...engine import Cause, RunState
-from ..client import ApiException, Kube, call, path, turn
+from ..api.client import ApiException, Kube, call, path, turn
 from ..constants import (
     ANNOTATION_CANCEL,
     ANNOTATION_CANCEL_BY,
@@ -32,7 +32,7 @@ from ..constants import (
     RUN_KIND,
     RUNS,
 )
-from ..spec import JobSpec, run_name, slot_time
+from ..job.spec import JobSpec, run_name, slot_time
 
 #: The run's condition that says its current Pod is Pending, and why.
 POD_PENDING = "PodPending"

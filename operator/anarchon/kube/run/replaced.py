@@ -8,9 +8,9 @@ it is safe to repeat, and to run on several replicas at once.
 from __future__ import annotations
 
 from ...engine import RunState
-from ..client import Kube
-from ..pods import PodFate, PodView, delete_pod, fate_of, read_pod, try_of
+from ..api.client import Kube
 from . import record
+from .pods import PodFate, PodView, delete_pod, fate_of, read_pod, try_of
 
 #: What a run's object says when its own runner ends it for a newer run.
 REPLACED_BY_NEWER = "replaced by a newer run (overlap Replace)"

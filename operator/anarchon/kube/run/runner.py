@@ -44,17 +44,17 @@ from typing import Any
 
 from ...engine import Overlap, RunCancelled, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped, RunState
 from ...engine.attempt import SHUTDOWN
-from ..client import ApiException, Kube, transient
-from ..events import EventPoster
-from ..pods import PodFate
-from ..podwatch import PodWatch, interest_in
-from ..spec import JobSpec, pod_name, run_name
-from ..watching import uid_of
+from ..api.client import ApiException, Kube, transient
+from ..api.watching import uid_of
+from ..job.spec import JobSpec, pod_name, run_name
+from ..report.kube_events import EventPoster
 from . import record
 from .cache import CancelWake
 from .follow import follow, past_timeout
 from .held import Held, Wiring
 from .overlap import overlap_in_kubernetes, replace
+from .pods import PodFate
+from .podwatch import PodWatch, interest_in
 from .tries import adopt_or_launch, current_try, retry_after
 
 log = logging.getLogger("anarchon.kube.run.runner")

@@ -17,11 +17,11 @@ from datetime import UTC, datetime, timedelta
 from ...engine import RunInterrupted
 from ...engine.attempt import ENDED, REPLACED, SHUTDOWN
 from ...engine.durations import format_duration
-from ..pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod, try_of
-from ..podwatch import interest_in
-from ..spec import pod_name
+from ..job.spec import pod_name
 from . import record
 from .held import Held
+from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod, try_of
+from .podwatch import interest_in
 from .replaced import REPLACED_BY_NEWER, end_replaced
 
 log = logging.getLogger("anarchon.kube.run.tries")

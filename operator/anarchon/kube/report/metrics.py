@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import __version__
-from ..engine import Cause, ClaimOutcome, EngineListener, Run, RunState, Schedule, StoreObserver
-from ..engine.schedule import slots_between
-from .spec import JobSpec
+from ... import __version__
+from ...engine import Cause, ClaimOutcome, EngineListener, Run, RunState, Schedule, StoreObserver
+from ...engine.schedule import slots_between
+from ..job.spec import JobSpec
 
 #: The outcome of a slot that could not start by its starting deadline (not a run phase: no run
 #: exists for it; the word is that of its Event).

@@ -33,16 +33,16 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
-from ..engine import LeaseBackend, RunState, Scheduler
-from ..engine.model import REPLACED_BY, Run
-from ..engine.schedule import slots_between
-from .client import Kube
+from ...engine import LeaseBackend, RunState, Scheduler
+from ...engine.model import REPLACED_BY, Run
+from ...engine.schedule import slots_between
+from ..api.client import Kube
+from ..job.spec import JobSpec, engine_key, run_name
+from . import record
 from .pods import pods_of_run
-from .run import record
-from .run.replaced import end_replaced
-from .spec import JobSpec, engine_key, run_name
+from .replaced import end_replaced
 
-log = logging.getLogger("anarchon.kube.mend")
+log = logging.getLogger("anarchon.kube.run.mend")
 
 
 def open_run(item: dict[str, Any]) -> bool:

@@ -42,17 +42,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..engine import LeaseBackend, RunState, Scheduler
+from ...engine import LeaseBackend, RunState, Scheduler
+from ..api.client import Kube, in_background
+from ..report.kube_events import EventPoster
+from ..run import record
+from ..run.cache import RunCache
+from ..run.mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
 from . import missed
-from .client import Kube, in_background
-from .events import EventPoster
-from .mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
-from .run import record
-from .run.cache import RunCache
 from .sharing import STORE_NOT_SHARED
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
-log = logging.getLogger("anarchon.kube.status")
+log = logging.getLogger("anarchon.kube.job.status")
 
 #: How often a job's newest store records are looked over for runs without an object, at most.
 MEND_MISSING_EVERY_MS = 60_000

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..engine import Store
+from ...engine import Store
 
 log = logging.getLogger("anarchon.kube")
 

@@ -24,15 +24,15 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from ..engine import Cause, Run
-from .client import Kube, in_background, queue_passed
-from .events import EventPoster
+from ...engine import Cause, Run
+from ..api.client import Kube, in_background, queue_passed
+from ..job.spec import JobSpec, run_name, slot_time
+from ..run import record
+from ..run.cache import RunCache
+from .kube_events import EventPoster
 from .metrics import Metrics, MetricsListener
-from .run import record
-from .run.cache import RunCache
-from .spec import JobSpec, run_name, slot_time
 
-log = logging.getLogger("anarchon.kube.listener")
+log = logging.getLogger("anarchon.kube.report.listener")
 
 #: How long the other replicas leave the run of a slot skipped elsewhere to the replica that
 #: skipped it: a few of its API requests' time, and less than a lease.

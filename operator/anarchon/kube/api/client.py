@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from ..engine.clock import SystemClock
-from ..engine.retry import retry
+from ...engine.clock import SystemClock
+from ...engine.retry import retry
+from ..constants import GROUP, JOBS, MERGE, RUNS, VERSION
 from . import kubeconfig
-from .constants import GROUP, JOBS, MERGE, RUNS, VERSION
 
-log = logging.getLogger("anarchon.kube.client")
+log = logging.getLogger("anarchon.kube.api.client")
 T = TypeVar("T")
 
 #: How long one API request may take before it counts as lost (then it is retried).

@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from ..engine import HistoryStore, Store
-from ..engine.clock import Clock
+from ...engine import HistoryStore, Store
+from ...engine.clock import Clock
 
-log = logging.getLogger("anarchon.kube.served")
+log = logging.getLogger("anarchon.kube.job.served")
 
 #: How often a replica notes the jobs it serves (one store call for all of them).
 NOTE_EVERY_MS = 10 * 60_000

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import ApiException, Kube, path, turn
-from .constants import API_VERSION, JOB_KIND, MERGE
-from .spec import JobSpec
+from ..api.client import ApiException, Kube, path, turn
+from ..constants import API_VERSION, JOB_KIND, MERGE
+from ..job.spec import JobSpec
 
-log = logging.getLogger("anarchon.kube.events")
+log = logging.getLogger("anarchon.kube.report.kube_events")
 
 #: Events whose count and version this replica remembers, so that a repeat is a single patch.
 #: One forgotten (many jobs, many reasons) costs a create answered AlreadyExists and a read;

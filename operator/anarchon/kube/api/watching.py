@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from ..engine import SystemClock
-from ..engine.retry import Backoff, retry
+from ...engine import SystemClock
+from ...engine.retry import Backoff, retry
 from .client import ApiException, Kube, path
 
-log = logging.getLogger("anarchon.kube.watching")
+log = logging.getLogger("anarchon.kube.api.watching")
 
 #: How a failed list or watch is tried again: within a second, then up to every 30 s.
 WATCH_RETRY = Backoff(first_ms=500, max_ms=30_000)

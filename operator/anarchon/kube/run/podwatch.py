@@ -29,10 +29,10 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .client import Kube
-from .constants import LABEL_FOLLOWER, LABEL_MANAGED_BY, MANAGED_BY
+from ..api.client import Kube
+from ..api.watching import ScopedWatch, registered, uid_of
+from ..constants import LABEL_FOLLOWER, LABEL_MANAGED_BY, MANAGED_BY
 from .pods import follower_of
-from .watching import ScopedWatch, registered, uid_of
 
 Key = tuple[str, str]
 

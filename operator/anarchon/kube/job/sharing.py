@@ -33,10 +33,10 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from ..engine import PresenceStore
-from ..engine.errors import StoreError
+from ...engine import PresenceStore
+from ...engine.errors import StoreError
 
-log = logging.getLogger("anarchon.kube.sharing")
+log = logging.getLogger("anarchon.kube.job.sharing")
 
 #: How often a replica notes itself in its store and checks the others (``--store-check``).
 CHECK_EVERY_S = 10.0

@@ -42,10 +42,10 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Final
 
-from ..engine import ConfigError, Scheduler
-from ..engine.limits import MAX_SLOT_MS, MIN_SLOT_MS
-from .client import ApiException, Kube, call, path
-from .constants import (
+from ...engine import ConfigError, Scheduler
+from ...engine.limits import MAX_SLOT_MS, MIN_SLOT_MS
+from ..api.client import ApiException, Kube, call, path
+from ..constants import (
     ANNOTATION_TRIGGER,
     ANNOTATION_TRIGGER_HANDLED,
     ANNOTATION_TRIGGER_REQUEST,
@@ -53,7 +53,7 @@ from .constants import (
     MAX_PENDING_TRIGGERS,
     MERGE,
 )
-from .events import EventPoster
+from ..report.kube_events import EventPoster
 from .spec import JobSpec, run_name, slot_time
 
 _DIGITS = re.compile(r"[0-9]+")

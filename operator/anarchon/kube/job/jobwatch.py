@@ -25,12 +25,12 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..engine.retry import Backoff, retry
-from .client import Kube, transient
-from .constants import JOBS
-from .watching import ScopedWatch, uid_of
+from ...engine.retry import Backoff, retry
+from ..api.client import Kube, transient
+from ..api.watching import ScopedWatch, uid_of
+from ..constants import JOBS
 
-log = logging.getLogger("anarchon.kube.jobwatch")
+log = logging.getLogger("anarchon.kube.job.jobwatch")
 
 #: How a change whose handling failed is tried again: within a second, then up to every minute.
 RETRY = Backoff(first_ms=1_000, max_ms=60_000)

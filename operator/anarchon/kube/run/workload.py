@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .spec import slot_time
+from ..job.spec import slot_time
 
 ENV_JOB: Final = "ANARCHON_JOB"
 ENV_RUN: Final = "ANARCHON_RUN"

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from ..engine import Schedule
-from ..engine.schedule import slots_between
-from .constants import MISSED_WINDOWS_KEPT
+from ...engine import Schedule
+from ...engine.schedule import slots_between
+from ..constants import MISSED_WINDOWS_KEPT
 from .spec import ms_of, slot_time
 
 #: The engine's words for a miss, and the reason kept on the job for each (first match wins).

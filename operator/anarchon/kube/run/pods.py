@@ -14,8 +14,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from .client import ApiException, Kube, call, path
-from .constants import (
+from ..api.client import ApiException, Kube, call, path
+from ..constants import (
     ANNOTATION_INSTANCE,
     ANNOTATION_SCHEDULED_AT,
     API_VERSION,
@@ -30,7 +30,7 @@ from .constants import (
     MERGE,
     RUN_KIND,
 )
-from .spec import JobSpec, slot_time
+from ..job.spec import JobSpec, slot_time
 from .workload import run_env, with_run_env
 
 #: Failure reasons that say the Pod was lost rather than that its work failed.

@@ -16,21 +16,21 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine import ConfigError, HistoryStore, Job, RunContext, Scheduler
-from ..engine.errors import StoreError
-from .client import Kube, background
-from .events import EventPoster
-from .metrics import Metrics, job_times
-from .podwatch import PodWatch
-from .run.cache import RunCache
-from .run.runner import PodRunner
+from ...engine import ConfigError, HistoryStore, Job, RunContext, Scheduler
+from ...engine.errors import StoreError
+from ..api.client import Kube, background
+from ..report.kube_events import EventPoster
+from ..report.metrics import Metrics, job_times
+from ..run.cache import RunCache
+from ..run.podwatch import PodWatch
+from ..run.runner import PodRunner
 from .served import ServedJobs
 from .sharing import STORE_NOT_SHARED, StoreSharing
 from .spec import JobSpec, SpecError, engine_key, parse_job
 from .status import JobStatus
 from .triggers import Triggers, trigger_state
 
-log = logging.getLogger("anarchon.kube.controller")
+log = logging.getLogger("anarchon.kube.job.controller")
 
 
 class JobController:
