@@ -449,9 +449,9 @@ async def _replica_listener(
     proxy: ApiFaultProxy, spec: JobSpec, *, api_concurrency: int | None = None
 ) -> AsyncIterator[tuple[Kube, Any, Any]]:
     """A replica's listener ("me") talking through ``proxy``, its run cache listed: (kube, listener, cache)."""
-    from anarchon.kube.report.listener import OperatorListener
     from anarchon.kube.report.metrics import Metrics
     from anarchon.kube.run.cache import RunCache
+    from anarchon.kube.run.listener import OperatorListener
 
     kube = await connect(str(proxy.kubeconfig), api_concurrency=api_concurrency)
     cache = RunCache(kube, [spec.namespace])
@@ -513,7 +513,7 @@ async def test_a_skip_is_left_to_a_reporter_that_is_still_heard_from(
     skip (before, ours created it at 3 s); one that falls silent is replaced within seconds;
     one heard from that never writes it is replaced after SKIP_LEFT_TO_A_LIVE_REPORTER_S (8 s here)."""
     from anarchon.engine import Run
-    from anarchon.kube.report import listener as listener_module
+    from anarchon.kube.run import listener as listener_module
 
     monkeypatch.setattr(listener_module, "SKIP_LEFT_TO_A_LIVE_REPORTER_S", 8.0)
     silent_at = {"writes it at 10 s": 12.0, "falls silent at 2 s": 2.0}.get(reporter, 20.0)
@@ -570,8 +570,8 @@ async def test_a_skips_event_waits_behind_the_requests_of_runs_queued_after_it_i
     wrote nearly every skip). Its create and status go in one turn, without a read between."""
     from weakref import WeakKeyDictionary
 
-    from anarchon.kube.report.listener import OperatorListener
     from anarchon.kube.report.metrics import Metrics
+    from anarchon.kube.run.listener import OperatorListener
 
     monkeypatch.setattr(kube_client, "_turns", WeakKeyDictionary())  # this loop's turns: one
     with ApiFaultProxy(control_plane) as proxy:

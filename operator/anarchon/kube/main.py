@@ -31,9 +31,9 @@ from .job.jobwatch import JobWatch
 from .job.sharing import CHECK_EVERY_S, StoreSharing
 from .report.health import HealthServer
 from .report.kube_events import EventPoster
-from .report.listener import OperatorListener
 from .report.metrics import Metrics
 from .run.cache import RunCache
+from .run.listener import OperatorListener
 from .run.pods import follower_label
 from .run.podwatch import PodWatch
 

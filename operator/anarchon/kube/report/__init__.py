@@ -1,1 +1,1 @@
-"""What the operator tells people: Kubernetes Events, metrics, the engine listener, health."""
+"""What the operator tells people: Kubernetes Events, metrics, health."""

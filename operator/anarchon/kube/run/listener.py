@@ -27,12 +27,12 @@ from typing import Any
 from ...engine import Cause, Run
 from ..api.client import Kube, in_background, queue_passed
 from ..job.spec import JobSpec, run_name, slot_time
-from ..run import record
-from ..run.cache import RunCache
-from .kube_events import EventPoster
-from .metrics import Metrics, MetricsListener
+from ..report.kube_events import EventPoster
+from ..report.metrics import Metrics, MetricsListener
+from . import record
+from .cache import RunCache
 
-log = logging.getLogger("anarchon.kube.report.listener")
+log = logging.getLogger("anarchon.kube.run.listener")
 
 #: How long the other replicas leave the run of a slot skipped elsewhere to the replica that
 #: skipped it: a few of its API requests' time, and less than a lease.
