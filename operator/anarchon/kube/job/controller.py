@@ -22,6 +22,7 @@ from ..api.client import Kube, background
 from ..report.kube_events import EventPoster
 from ..report.metrics import Metrics, job_times
 from ..run.cache import RunCache
+from ..run.mend import Mending
 from ..run.podwatch import PodWatch
 from ..run.runner import PodRunner
 from .served import ServedJobs
@@ -65,6 +66,12 @@ class JobController:
             not_shared=(lambda: None) if sharing is None else sharing.message,
             not_shared_kept_s=0.0 if sharing is None else sharing.window_s,
             pinned=self.triggers.pending_slots,
+        )
+        self.mending = Mending(
+            kube,
+            scheduler,
+            (lambda namespace, name: False) if run_cache is None else run_cache.deleted,
+            resync_s=resync_s,
         )
         self._telling: asyncio.Task[None] | None = None  # every job told whether the store is shared
         self.served = ServedJobs(scheduler.backend, scheduler.clock)
@@ -123,6 +130,7 @@ class JobController:
         self.metrics.forget(key, namespace, name)
         self.triggers.forget(key)
         self.status.forget(key)
+        self.mending.forget(key)
         if isinstance(self.scheduler.backend, HistoryStore):
             try:
                 await self.scheduler.backend.forget_job(key)
@@ -132,7 +140,8 @@ class JobController:
     async def resync(self) -> None:
         """Every ``resync_s`` (± half, so that replicas spread out), a pass over every valid job.
 
-        What no event asks for: history limits of jobs that went quiet, or whose limits were
+        What no event asks for: runs the store ended while nobody was left to say so
+        (:meth:`resync_job`), history limits of jobs that went quiet, or whose limits were
         lowered, and the store's records past their use (:meth:`.JobStatus.resync`), and the
         store data of jobs deleted while no replica watched (:mod:`.served`). Its API requests
         are background work (:func:`.client.background`): they wait behind the runs'.
@@ -148,9 +157,17 @@ class JobController:
                     if self.specs.get(key) is not spec:
                         continue  # removed or changed while we were at an earlier job
                     try:
-                        await self.status.resync(spec)
+                        await self.resync_job(spec)
                     except Exception as exc:
                         log.warning("resync of %s failed: %s", spec.engine_name, exc)
+
+    async def resync_job(self, spec: JobSpec) -> None:
+        """One job's pass: its runs mended (:mod:`..run.mend`), then its status or only its history."""
+        items = await self.status.runs_of(spec)
+        if await self.mending.mend(spec, items):
+            await self.status.refresh(spec, listed=True)  # the runs changed: the whole status
+        else:
+            await self.status.resync(spec, items)
 
     # -- the store shared, or not ----------------------------------------------------------------
 

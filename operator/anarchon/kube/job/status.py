@@ -23,13 +23,11 @@ sees it first, one is new), and each would put its own word back at every change
 so a replica that does not see it leaves another's StoreNotShared alone until it is older than
 the sharing check's window (one that still sees it then writes it again, once).
 
-Two looks cost a store query each and are made less often than that, per job and replica:
-the look for runs that have no object (at most every two resync periods, and a minute;
-its look-back spans more than the time between two looks, so no stretch of records goes
-unseen) and the pruning of the store's records by age (at most every ten resync periods:
-what the engine still needs stays, whatever the history keeps, and older records wait that
-much longer): made at every pass, they were most of the store's load with nothing due
-(figures: bench/README.md).
+The pruning of the store's records by age costs a store query, and is made less often than that,
+per job and replica (as is mending's look for runs without an object, :mod:`..run.mend`): at
+most every ten resync periods (what the engine still needs stays, whatever the history keeps,
+and older records wait that much longer): made at every pass, the two were most of the store's
+load with nothing due (figures: bench/README.md).
 """
 
 from __future__ import annotations
@@ -47,15 +45,12 @@ from ..api.client import Kube, in_background
 from ..report.kube_events import EventPoster
 from ..run import record
 from ..run.cache import RunCache
-from ..run.mend import MISSING_LOOK_BACK_MS, mend_missing, mend_runs, open_run
 from . import missed
 from .sharing import STORE_NOT_SHARED
 from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.job.status")
 
-#: How often a job's newest store records are looked over for runs without an object, at most.
-MEND_MISSING_EVERY_MS = 60_000
 #: How long a refresh asked for by a run's start may wait for more changes of the job (its end).
 REFRESH_AFTER_START_S = 30.0
 #: ... and one asked for by a run's end (or anything else).
@@ -139,13 +134,8 @@ class JobStatus:
         #: whose StoreNotShared this replica wrote.
         self._conditions: dict[str, list[dict[str, Any]]] = {}
         self._said_not_shared: set[str] = set()
-        resync_ms = int(resync_s * 1000)
-        self.mend_every_ms = min(MEND_MISSING_EVERY_MS, 2 * resync_ms)
-        self.prune_every_ms = 10 * resync_ms
-        #: Two looks are at most a look's period and a resync (1.5 periods at most) apart.
-        self.look_back_ms = max(MISSING_LOOK_BACK_MS, self.mend_every_ms + resync_ms * 3 // 2 + 15_000)
-        #: When each job's store records were last looked over, and pruned (clock ms, by engine key).
-        self._looked: dict[str, int] = {}
+        self.prune_every_ms = 10 * int(resync_s * 1000)
+        #: When each job's store records were last pruned (clock ms, by engine key).
         self._pruned: dict[str, int] = {}
         #: The jobs whose refresh waits (by engine key), with their newest spec, and the waits.
         self._soon: dict[str, JobSpec] = {}
@@ -159,7 +149,6 @@ class JobStatus:
 
     def forget(self, key: str) -> None:
         """The job is gone."""
-        self._looked.pop(key, None)
         self._pruned.pop(key, None)
         self._soon.pop(key, None)
         self._conditions.pop(key, None)
@@ -241,22 +230,7 @@ class JobStatus:
     def _done(self, last: dict[str, int], spec: JobSpec) -> None:
         last[engine_key(spec.namespace, spec.name, spec.uid)] = self.scheduler.clock.now_ms()
 
-    async def _mend(self, spec: JobSpec, items: list[dict[str, Any]]) -> bool:
-        """Close open runs the store ended, and (when due) write the missing ones: whether any was."""
-        mended = await mend_runs(self.kube, self.scheduler, spec, items)
-        if not self._due(self._looked, spec, self.mend_every_ms):
-            return bool(mended)
-        missing = await mend_missing(
-            self.kube, self.scheduler, spec, items, self._deleted, look_back_ms=self.look_back_ms
-        )
-        self._done(self._looked, spec)  # only once it got through: a failed look is made again next time
-        return bool(mended or missing)
-
-    def _deleted(self, namespace: str, name: str) -> bool:
-        """Whether the run cache saw the run deleted lately (mending leaves such runs gone)."""
-        return self.run_cache is not None and self.run_cache.deleted(namespace, name)
-
-    async def _runs_of(self, spec: JobSpec) -> list[dict[str, Any]]:
+    async def runs_of(self, spec: JobSpec) -> list[dict[str, Any]]:
         """The job's runs by slot: from the watch-fed cache when it is live, else one LIST."""
         if self.run_cache is not None and (cached := self.run_cache.runs_of(spec.namespace, spec.name)) is not None:
             return cached
@@ -379,11 +353,16 @@ class JobStatus:
     def _scheduled(spec: JobSpec) -> dict[str, Any]:
         return _condition("Ready", True, "Scheduled", f"{spec.schedule}", spec.generation)
 
-    async def refresh(self, spec: JobSpec) -> None:
-        """Recompute active runs, last times and history from the job's AnarchonRuns."""
-        items = await self._runs_of(spec)
-        if await self._mend(spec, items):
-            items = await record.list_runs(self.kube, spec.namespace, spec.name)  # what mending just wrote
+    async def refresh(self, spec: JobSpec, *, listed: bool = False) -> None:
+        """Recompute active runs, last times and history from the job's AnarchonRuns.
+
+        ``listed``: read them with a LIST, not from the run cache, which may not have seen yet
+        what this replica just wrote (mending, :meth:`.JobController.resync_job`).
+        """
+        if listed:
+            items = await record.list_runs(self.kube, spec.namespace, spec.name)
+        else:
+            items = await self.runs_of(spec)
         runs = [(r, record.RunStatus.of(r.get("status"))) for r in items]
         active = [
             {
@@ -418,13 +397,9 @@ class JobStatus:
             self._missed[key] = (pending[0], pending[1] + 1)  # a write made (a new window since starts over)
         await self._enforce_history(spec, items)
 
-    async def resync(self, spec: JobSpec) -> None:
-        """The periodic pass over a job, quiet or not: open runs the store ended, history, store records."""
-        items = await self._runs_of(spec)
-        if await self._mend(spec, items):
-            await self.refresh(spec)  # the runs changed: the whole status, not only the history
-            return
-        await self._enforce_history(spec, items)
+    async def resync(self, spec: JobSpec, items: list[dict[str, Any]] | None = None) -> None:
+        """The periodic pass over a job, quiet or not: its history limits and its store records."""
+        await self._enforce_history(spec, await self.runs_of(spec) if items is None else items)
 
     async def _enforce_history(self, spec: JobSpec, items: list[dict[str, Any]]) -> None:
         """Keep the newest N successful, N skipped and M failed runs; their Pods go with them (GC).
@@ -477,7 +452,13 @@ class JobStatus:
             # with its object. Idle jobs would cost store queries for nothing.
             return
         before = self.scheduler.clock.now_ms() - loop.options.records_needed_ms
-        before = min([before, *(int(r["spec"]["slot"]) for r in items if open_run(r)), *self.pinned(key)])
+        before = min(
+            [
+                before,
+                *(int(r["spec"]["slot"]) for r in items if not record.ended(r.get("status") or {})),
+                *self.pinned(key),
+            ]
+        )
         await self.scheduler.backend.prune(key, before_slot=before)
         self._done(self._pruned, spec)
 

@@ -7,18 +7,19 @@ between, or the API server refuses it for longer than the retries last, nobody e
 no runner holds the run any more, and no backup takes over a run the store has ended. The
 object would say Running for ever; a replaced run's Pod would run on beside its successor.
 
-So every status refresh of a job looks over its open runs (the ones no attempt of this
-replica runs) and asks the store about each: a run the store ended more than a lease ago
-(whoever ended it has had its chance to write) gets the store's verdict on its object, and a
-replaced run's live Pods are deleted first. The writes are idempotent and guarded like any
-other, so replicas doing this at once agree. A run the store has no record of at all (it lost
-its state) is claimed again once it has been missing for a lease (:meth:`JobLoop.resume`): its
-object and its Pods are the record, and the attempt that wins picks the run up from them.
+So every pass of the controller's resync over a job (:class:`Mending`) looks over its open runs
+(the ones no attempt of this replica runs) and asks the store about each: a run the store ended
+more than a lease ago (whoever ended it has had its chance to write) gets the store's verdict on
+its object, and a replaced run's live Pods are deleted first. The writes are idempotent and
+guarded like any other, so replicas doing this at once agree. A run the store has no record of
+at all (it lost its state) is claimed again once it has been missing for a lease
+(:meth:`JobLoop.resume`): its object and its Pods are the record, and the attempt that wins
+picks the run up from them.
 
 Some runs never got an object at all: the replica that recorded a Skipped slot died before
 writing it, a run was replaced or given up while every attempt had broken off before its
-create. A refresh and the periodic resync also read the job's newest store records (those of
-the last two minutes and a lease, and ten more), and give each one the store ended a lease
+create. The resync also reads, once per period, the job's newest store records (those of
+the last two minutes and a lease, and ten more), and gives each one the store ended a lease
 ago, with no object, an object of its own with the store's verdict, unless the history
 limits would delete it at once (they deleted it before: it is older than every kept run of
 its kind), the watch saw its object deleted (by hand, or by the limits), it is older than
@@ -155,3 +156,51 @@ async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
         run.attempt,
         lambda s: record.end_attempt(s, attempt=run.attempt, outcome=run.state, message=message, final=True),
     )
+
+
+#: How often a job's newest store records are looked over for runs without an object, at most.
+MEND_MISSING_EVERY_MS = 60_000
+
+
+class Mending:
+    """A replica's mending of its jobs' runs, at each pass of its resync (:meth:`.JobController.resync_job`).
+
+    Open runs are looked over at every pass; the store's newest records (a store query per
+    job) once per period, which a failed look does not count as.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        scheduler: Scheduler,
+        deleted: Callable[[str, str], bool] = lambda namespace, name: False,
+        *,
+        resync_s: float = 30.0,
+    ) -> None:
+        self.kube = kube
+        self.scheduler = scheduler
+        #: Whether the run cache saw a run deleted lately (mending leaves such runs gone).
+        self.deleted = deleted
+        resync_ms = int(resync_s * 1000)
+        self.every_ms = min(MEND_MISSING_EVERY_MS, 2 * resync_ms)
+        #: Two looks are at most a look's period and a resync (1.5 periods at most) apart.
+        self.look_back_ms = max(MISSING_LOOK_BACK_MS, self.every_ms + resync_ms * 3 // 2 + 15_000)
+        #: When each job's store records were last looked over (clock ms, by engine key).
+        self._looked: dict[str, int] = {}
+
+    def forget(self, key: str) -> None:
+        """The job is gone."""
+        self._looked.pop(key, None)
+
+    async def mend(self, spec: JobSpec, items: list[dict[str, Any]]) -> bool:
+        """Close open runs the store ended, and (when due) write the missing ones: whether any was."""
+        mended = await mend_runs(self.kube, self.scheduler, spec, items)
+        key = engine_key(spec.namespace, spec.name, spec.uid)
+        now = self.scheduler.clock.now_ms()
+        if now - self._looked.get(key, -self.every_ms) < self.every_ms:
+            return bool(mended)
+        missing = await mend_missing(
+            self.kube, self.scheduler, spec, items, self.deleted, look_back_ms=self.look_back_ms
+        )
+        self._looked[key] = self.scheduler.clock.now_ms()  # only once it got through: a failed look is made again
+        return bool(mended or missing)
