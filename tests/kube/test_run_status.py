@@ -15,19 +15,17 @@ import yaml
 
 from anarchon.engine import Cause, RunState
 from anarchon.kube.job.spec import parse_job
-from anarchon.kube.run.record import (
+from anarchon.kube.run.record import cause_of, run_body, trigger_of
+from anarchon.kube.run.runstatus import (
     RunStatus,
     Status,
-    cause_of,
     end_attempt,
     interrupted,
     pod_pending,
     pod_started,
-    run_body,
     skipped,
     slot_skipped,
     start_attempt,
-    trigger_of,
     try_failed,
 )
 

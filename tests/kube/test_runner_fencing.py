@@ -21,6 +21,7 @@ from anarchon.kube.constants import RUNS
 from anarchon.kube.job.spec import JobSpec, parse_job, run_name
 from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run import record as runs
+from anarchon.kube.run import runstatus
 from anarchon.kube.run.pods import pods_of_run
 from anarchon.kube.run.runner import PodRunner
 from tests.harness.cluster import Cluster, job_manifest
@@ -78,7 +79,7 @@ async def test_an_attempt_whose_run_a_later_attempt_owns_launches_nothing(kube: 
     name = run_name(spec.name, SLOT)
     await runs.ensure_run(kube, spec, SLOT, "Manual")
     assert await runs.update_status(
-        kube, spec.namespace, name, 2, lambda s: runs.start_attempt(s, attempt=2, instance="backup", pod="p-a2")
+        kube, spec.namespace, name, 2, lambda s: runstatus.start_attempt(s, attempt=2, instance="backup", pod="p-a2")
     )
     runner = PodRunner(kube, EventPoster(kube), lambda: spec)
     # The run object counts more attempts than attempt 1: it asks the store, which refuses it
@@ -95,7 +96,7 @@ async def test_a_store_that_lost_its_state_numbers_the_attempt_above_the_run_obj
     name = run_name(spec.name, SLOT)
     await runs.ensure_run(kube, spec, SLOT, "Manual")
     assert await runs.update_status(
-        kube, spec.namespace, name, 2, lambda s: runs.start_attempt(s, attempt=2, instance="gone", pod=name)
+        kube, spec.namespace, name, 2, lambda s: runstatus.start_attempt(s, attempt=2, instance="gone", pod=name)
     )
     ctx = attempt(1, *([True] * 50))
     task = asyncio.create_task(PodRunner(kube, EventPoster(kube), lambda: spec)(ctx))

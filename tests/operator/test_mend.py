@@ -31,6 +31,7 @@ from anarchon.kube.job.status import JobStatus
 from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.report.metrics import Metrics
 from anarchon.kube.run import record as runs
+from anarchon.kube.run import runstatus
 from anarchon.kube.run.mend import mend_runs
 from anarchon.kube.run.pods import pods_of_run
 from anarchon.kube.run.runner import PodRunner
@@ -121,7 +122,7 @@ async def _ended_object(kube: Kube, spec: JobSpec, slot: int, outcome: str, mess
         spec.namespace,
         run_name(spec.name, slot),
         1,
-        lambda s: runs.end_attempt(s, attempt=1, outcome=outcome, message=message, final=True),
+        lambda s: runstatus.end_attempt(s, attempt=1, outcome=outcome, message=message, final=True),
     )
 
 

@@ -77,7 +77,8 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
     """Ask the replicas to stop run ``name``; what was done, in one line. A run that has ended is
     the verb's one-line failure. ``anarchon ui`` cancels through this too."""
     from ..kube.constants import ANNOTATION_CANCEL, ANNOTATION_CANCEL_BY
-    from ..kube.run.record import Cancel, RunStatus, cancel_of
+    from ..kube.run.record import Cancel, cancel_of
+    from ..kube.run.runstatus import RunStatus
 
     by = await _caller(kube)
     while True:

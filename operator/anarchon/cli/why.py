@@ -39,7 +39,8 @@ def _condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 def _ran(slot: int, run: dict[str, Any], spec: JobSpec | None) -> dict[str, Any]:
     """A slot that has a run: what it did, who ran it and how late each step was."""
     from ..engine import Cause, RunState
-    from ..kube.run.record import RunStatus, cause_of
+    from ..kube.run.record import cause_of
+    from ..kube.run.runstatus import RunStatus
 
     status = RunStatus.of(run.get("status"))
     phase = str(status.phase or "")

@@ -43,7 +43,7 @@ from typing import Any
 from ...engine import LeaseBackend, RunState, Scheduler
 from ..api.client import Kube, in_background
 from ..report.kube_events import EventPoster
-from ..run import record
+from ..run import record, runstatus
 from ..run.cache import RunCache
 from . import missed
 from .sharing import STORE_NOT_SHARED
@@ -363,7 +363,7 @@ class JobStatus:
             items = await record.list_runs(self.kube, spec.namespace, spec.name)
         else:
             items = await self.runs_of(spec)
-        runs = [(r, record.RunStatus.of(r.get("status"))) for r in items]
+        runs = [(r, runstatus.RunStatus.of(r.get("status"))) for r in items]
         active = [
             {
                 "name": r["metadata"]["name"],
@@ -411,7 +411,7 @@ class JobStatus:
         backfill of an old slot would otherwise be the oldest of the history, and deleted as
         soon as it ended.
         """
-        status = {r["metadata"]["name"]: record.RunStatus.of(r.get("status")) for r in items}
+        status = {r["metadata"]["name"]: runstatus.RunStatus.of(r.get("status")) for r in items}
         running = self._running_slots(spec)
 
         def of(*phases: RunState) -> list[dict[str, Any]]:
@@ -455,7 +455,7 @@ class JobStatus:
         before = min(
             [
                 before,
-                *(int(r["spec"]["slot"]) for r in items if not record.ended(r.get("status") or {})),
+                *(int(r["spec"]["slot"]) for r in items if not runstatus.ended(r.get("status") or {})),
                 *self.pinned(key),
             ]
         )

@@ -3,7 +3,9 @@
 * :mod:`.workload`: what a run's Pod is told about its run (environment, fencing token);
 * :mod:`.pods`: a run's Pods: built from the template, found again, their fate read;
 * :mod:`.podwatch`: the replica's one watch on its Pods, which wakes their runners;
-* :mod:`.record`: the AnarchonRun object, and the only module that reads or writes its status;
+* :mod:`.runstatus`: a run's status, typed (:class:`.runstatus.RunStatus`): the only module
+  that reads its fields or says how they change;
+* :mod:`.record`: the AnarchonRun object: created, its status changes written (guarded), read back;
 * :mod:`.cache`: every AnarchonRun of the replica's scope, kept by one watch;
 * :mod:`.replaced`: ending a run replaced by a newer one (overlap Replace);
 * :mod:`.mend`: a run left open after the store ended it, made to say how it ended;

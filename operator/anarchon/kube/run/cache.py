@@ -42,7 +42,8 @@ from ...engine import RunState
 from ..api.client import Kube
 from ..api.watching import ScopedWatch, registered
 from ..constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
-from .record import Cancel, RunStatus, cancel_of
+from .record import Cancel, cancel_of
+from .runstatus import RunStatus
 
 Key = tuple[str, str]  # namespace, name
 

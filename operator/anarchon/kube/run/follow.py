@@ -16,7 +16,7 @@ from ...engine.attempt import REPLACED, SHUTDOWN
 from ...engine.durations import format_duration
 from ..api.client import ApiException, in_background
 from ..api.watching import uid_of
-from . import record
+from . import runstatus
 from .held import Held
 from .pending import pending
 from .pods import PodFate, PodView, delete_pod, fate_of, follow_pod, follower_of, read_pod, running_for_s
@@ -112,7 +112,7 @@ async def follow(held: Held, view: PodView, try_number: int, since: PodChange | 
             if spec.retries.may_retry(try_number) and not deadline:
                 return view
             message = view.message if try_number == 1 else f"failed after {try_number} tries: {view.message}"
-            await held.fail(message, record.DEADLINE_EXCEEDED if deadline else None)
+            await held.fail(message, runstatus.DEADLINE_EXCEEDED if deadline else None)
         # Lost or gone: this attempt is over, the next one relaunches.
         ctx.set_alive(False)
         if view.fate is PodFate.LOST:
@@ -179,7 +179,7 @@ async def _deadline(held: Held, view: PodView) -> float | None:
         await held.confirm()
         await delete_pod(held.kube, spec.namespace, view.name)
         message = f"run {held.name}: Pod {view.name} ran past timeout ({format_duration(spec.timeout_ms)}): deleting it"
-        await held.events.about(spec, reason=record.DEADLINE_EXCEEDED, warning=True, message=message)
+        await held.events.about(spec, reason=runstatus.DEADLINE_EXCEEDED, warning=True, message=message)
     return 0.0
 
 

@@ -21,7 +21,7 @@ from ..api.watching import uid_of
 from ..constants import RUN_KIND
 from ..job.spec import JobSpec
 from ..report.kube_events import EventPoster
-from . import record
+from . import record, runstatus
 from .cache import CancelWake
 from .pods import PodView
 from .podwatch import PodWatch, wait_for_change
@@ -85,7 +85,7 @@ class Held:
             f"attempt {ctx.attempt} fenced ({ctx.stop_reason or FENCED}): another attempt holds the run"
         )
 
-    async def write(self, change: Callable[[record.Status], record.Status | None]) -> None:
+    async def write(self, change: Callable[[runstatus.Status], runstatus.Status | None]) -> None:
         """Write the run's status for this attempt; a refusal ends the attempt (a later one owns the run)."""
         spec, attempt = self.spec, self.ctx.attempt
         if not await record.update_status(self.kube, spec.namespace, self.name, attempt, change, in_hand=self.in_hand):
@@ -111,7 +111,7 @@ class Held:
         ctx = self.ctx
         await self.confirm()
         await self.write(
-            lambda s: record.end_attempt(
+            lambda s: runstatus.end_attempt(
                 s,
                 attempt=ctx.attempt,
                 outcome=outcome,

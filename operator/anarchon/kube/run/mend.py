@@ -39,7 +39,7 @@ from ...engine.model import REPLACED_BY, Run
 from ...engine.schedule import slots_between
 from ..api.client import Kube
 from ..job.spec import JobSpec, engine_key, run_name
-from . import record
+from . import record, runstatus
 from .pods import pods_of_run
 from .replaced import end_replaced
 
@@ -49,7 +49,7 @@ log = logging.getLogger("anarchon.kube.run.mend")
 def open_run(item: dict[str, Any]) -> bool:
     """The object does not say the run is over: it runs, waits between attempts, or has no status
     yet (its creator died between the create and the first status write)."""
-    return not record.ended(item.get("status") or {})
+    return not runstatus.ended(item.get("status") or {})
 
 
 async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
@@ -119,7 +119,7 @@ async def mend_missing(
     if not isinstance(backend, LeaseBackend) or loop is None or not items:
         return []
     slots = {int(i["spec"]["slot"]) for i in items}
-    phases = [(int(i["spec"]["slot"]), record.RunStatus.of(i.get("status")).phase) for i in items]
+    phases = [(int(i["spec"]["slot"]), runstatus.RunStatus.of(i.get("status")).phase) for i in items]
     grace_ms = loop.options.lease_ms
     now = scheduler.clock.now_ms()
     window = slots_between(spec.schedule, now - grace_ms - look_back_ms, now)
@@ -154,7 +154,7 @@ async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
         spec.namespace,
         name,
         run.attempt,
-        lambda s: record.end_attempt(s, attempt=run.attempt, outcome=run.state, message=message, final=True),
+        lambda s: runstatus.end_attempt(s, attempt=run.attempt, outcome=run.state, message=message, final=True),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...engine import RunState
 from ..api.client import Kube
-from . import record
+from . import record, runstatus
 from .pods import PodFate, PodView, delete_pod, fate_of, read_pod, try_of
 
 #: What a run's object says when its own runner ends it for a newer run.
@@ -32,15 +32,15 @@ async def end_replaced(kube: Kube, namespace: str, name: str, pods: list[str], m
         last = await _stop_pod(kube, namespace, pod)
     tried = 0 if last is None else try_of(last.body or {})
 
-    def change(s: record.Status) -> record.Status | None:
+    def change(s: runstatus.Status) -> runstatus.Status | None:
         # An earlier try's failed Pod is not the run's outcome: a run replaced while it waited
         # out a backoff (its next try had no Pod yet) was interrupted, not failed.
-        run = record.RunStatus.of(s)
+        run = runstatus.RunStatus.of(s)
         if last is None or tried < run.current_try:
-            return record.interrupted(s, message=message)
+            return runstatus.interrupted(s, message=message)
         why = f"{last.message} (then replaced by a newer run)"
         outcome = RunState.SUCCEEDED if last.fate is PodFate.SUCCEEDED else RunState.FAILED
-        return record.end_attempt(s, attempt=run.attempt or 1, outcome=outcome, message=why, final=True)
+        return runstatus.end_attempt(s, attempt=run.attempt or 1, outcome=outcome, message=why, final=True)
 
     # Whatever attempt wrote last: the store has already ended the run.
     await record.update_status(kube, namespace, name, 10**6, change)
