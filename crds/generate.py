@@ -7,7 +7,7 @@ the project targets (the test control plane, see e2e/controlplane/) for ``/opena
 inlines ``io.k8s.api.core.v1.PodSpec`` into the structural schema a CRD demands, and writes it
 between the BEGIN/END markers of ``crds/anarchonjobs.anarchon.io.yaml`` (the rest of the file is
 written by hand) and of the chart's byte-identical copy. ``--check`` writes nothing and fails if a
-file differs from what the server gives (tests/kube/test_podspec_schema.py runs it).
+file differs from what the server gives (tests/kube/job/test_podspec_schema.py runs it).
 
 What the conversion keeps and drops, and why:
 

@@ -26,7 +26,7 @@ from anarchon.kube import constants as C
 from anarchon.kube.job import spec as S
 from anarchon.kube.job.spec import SpecError, parse_job
 from tests.harness.controlplane import JOB_CRD, REPO, RUN_CRD
-from tests.kube.crdlib import explain, job
+from tests.kube.job.crdlib import explain, job
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -230,7 +230,7 @@ async def go():
 asyncio.run(go())
 print(sorted(m for m in sys.modules if "kubernetes" in m))
 """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "operator"), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[3] / "operator"), *sys.path])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 

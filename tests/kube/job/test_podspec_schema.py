@@ -25,7 +25,7 @@ from controlplane import ControlPlane
 
 from anarchon.kube.job.spec import parse_job
 from tests.harness.controlplane import JOB_CRD
-from tests.kube.crdlib import explain, job
+from tests.kube.job.crdlib import explain, job
 
 GENERATE = JOB_CRD.parent / "generate.py"
 CHART_JOB_CRD = JOB_CRD.parents[1] / "charts" / "anarchon" / "crds" / JOB_CRD.name

@@ -29,7 +29,7 @@ from anarchon.kube.run.runstatus import (
     try_failed,
 )
 
-RUN_CRD = Path(__file__).resolve().parents[2] / "crds" / "anarchonruns.anarchon.io.yaml"
+RUN_CRD = Path(__file__).resolve().parents[3] / "crds" / "anarchonruns.anarchon.io.yaml"
 AT = datetime(2026, 12, 3, 17, 0, 30, tzinfo=UTC)
 
 

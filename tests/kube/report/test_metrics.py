@@ -139,7 +139,7 @@ def test_store_latency_by_store_and_operation() -> None:
 
 def test_docs_table_every_served_metric_and_nothing_else() -> None:
     """docs/metrics.md lists exactly the metrics the operator serves (a new or renamed one must be documented)."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"^\| `(anarchon_\w+)", doc, re.M))
     served = set()
     for family in text_string_to_metric_families(_text(Metrics(lambda: NOW))):
