@@ -101,7 +101,7 @@ class JobController:
         self._handled.pop(key, None)
         try:
             spec = parse_job(body)
-            job = Job(key, spec.schedule, self._runner(key), spec.options)
+            job = Job(key, spec.schedule, self._runner(key), spec.options, recorded=lambda: self._newest_slot(key))
             self.scheduler.add(job)  # new, or updated in place from the next slot
         except (SpecError, ConfigError) as exc:
             await self.scheduler.remove(key, handover=True)
@@ -192,6 +192,10 @@ class JobController:
                     await self.events.about(spec, reason=STORE_NOT_SHARED, message=why, warning=True)
 
     # -- runs ------------------------------------------------------------------------------------
+
+    async def _newest_slot(self, key: str) -> int | None:
+        spec = self.specs.get(key)
+        return None if spec is None else await self.status.newest_slot(spec)
 
     def _runner(self, key: str) -> PodRunner:
         sharing = self.sharing

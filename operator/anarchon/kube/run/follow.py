@@ -193,7 +193,7 @@ async def _covered(held: Held, view: PodView, label: _Label) -> bool:
 
     Once ours, the label is never taken back: if it leaves us while this attempt holds the
     run, another replica follows the Pod as its holder too, which one shared store never
-    allows (replicas on stores of their own each win every run: see :mod:`..sharing`). Taking
+    allows (replicas on stores of their own each win every run: see :mod:`..job.sharing`). Taking
     it back each time would be a war of relabels.
     The Pod is polled instead; and once the store is known not to be shared, no label is
     moved at all.

@@ -43,7 +43,7 @@ class Wiring:
     wrote: Callable[[dict[str, Any]], None] | None = None
     #: A job's run objects as the run cache has them (None: not live).
     runs_of: Callable[[str, str], list[dict[str, Any]] | None] | None = None
-    #: False while the store is found not shared (see :mod:`..sharing`).
+    #: False while the store is found not shared (see :mod:`..job.sharing`).
     store_shared: Callable[[], bool] | None = None
     #: How often a Pod is read when no watch wakes us...
     poll_s: float = 1.0
