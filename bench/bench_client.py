@@ -2,7 +2,7 @@
 
 kubernetes_asyncio, the client the operator used before its own, made its session with
 ``trust_env=True``: aiohttp reads the proxy variables and looks ``~/.netrc`` up in a worker
-thread on every request. ``anarchon.kube.client.Kube`` makes its session with
+thread on every request. ``anarchon.kube.api.client.Kube`` makes its session with
 ``trust_env=False``. Both are measured side by side in one run, against a small aiohttp
 server on 127.0.0.1 (the server's own CPU is in a separate process and not counted), so the
 ratio is the client's overhead alone.
@@ -68,7 +68,7 @@ def main() -> None:
     library, ours = min(results[True]), min(results[False])
     print(f"client CPU per request, best of 3 x {args.requests} requests:")
     print(f"  trust_env=True  (kubernetes_asyncio's)     : {library * 1e6:7.1f} µs")
-    print(f"  trust_env=False (anarchon.kube.client.Kube):     {ours * 1e6:7.1f} µs")
+    print(f"  trust_env=False (anarchon.kube.api.client.Kube):     {ours * 1e6:7.1f} µs")
     print(f"  ratio ours / library: {ours / library:.2f}")
 
 

@@ -10,7 +10,7 @@ It starts the test control plane (KWOK runs the Pods), creates ``--pods`` Pods t
 
 - ``poll``: read the Pod, sleep ``POLL_S`` (1 s), again, until it is no longer live: what
   every runner did before the watch;
-- ``watch``: take interest in the Pod on a :class:`~anarchon.kube.podwatch.PodWatch`, read
+- ``watch``: take interest in the Pod on a :class:`~anarchon.kube.run.podwatch.PodWatch`, read
   it, and sleep until the watch says it changed (or ``RESYNC_S`` passed): what runners do now.
 
 A third, separate watch notes when the API server announced each Pod's end: the lateness
@@ -36,10 +36,10 @@ sys.path.insert(0, str(REPO / "e2e" / "controlplane"))
 
 from controlplane import ControlPlane  # noqa: E402
 
-from anarchon.kube.client import Kube, connect, path  # noqa: E402
+from anarchon.kube.api.client import Kube, connect, path  # noqa: E402
 from anarchon.kube.constants import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
-from anarchon.kube.pods import PodFate, fate_of, read_pod  # noqa: E402
-from anarchon.kube.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
+from anarchon.kube.run.pods import PodFate, fate_of, read_pod  # noqa: E402
+from anarchon.kube.run.podwatch import PodWatch, interest_in, wait_for_change  # noqa: E402
 from anarchon.kube.run.runner import PodRunner  # noqa: E402
 
 POLL_S = PodRunner.__init__.__kwdefaults__["poll_s"]

@@ -283,7 +283,7 @@ def ceiling_side(cp: ControlPlane, n: int, minutes: int, grace_s: float) -> Side
     """The most any controller could do here: at each minute, N Pods created straight away (no
     runs, no store, no bookkeeping), CEILING_IN_FLIGHT at a time, through the operator's client.
     The other sides are read as fractions of it."""
-    from anarchon.kube.client import connect, path
+    from anarchon.kube.api.client import connect, path
 
     side = Side("ceiling (bare creates)", costed=False)
     ns = f"ceiling-{n}"
@@ -509,7 +509,7 @@ def resume_jobs(cp: ControlPlane, ns: str, n: int) -> float:
     """Resume the N suspended jobs right after a minute began, 32 patches at a time; the seconds
     it took. kubectl sends one at a time: at N = 3,000 the jobs created first ran for minutes
     while the last ones were still being created, and that load slowed the creates down more."""
-    from anarchon.kube.client import connect
+    from anarchon.kube.api.client import connect
 
     async def resume() -> None:
         kube = await connect(str(cp.kubeconfig), api_concurrency=32)

@@ -47,8 +47,8 @@ from tests.ui.fake import create_all, fake_run, mixed_phase  # noqa: E402
 from tests.ui.uilib import UiServer, chromium  # noqa: E402
 
 from anarchon.cli.records import job_record  # noqa: E402
-from anarchon.kube.client import connect  # noqa: E402
-from anarchon.kube.spec import parse_job, run_name, slot_time  # noqa: E402
+from anarchon.kube.api.client import connect  # noqa: E402
+from anarchon.kube.job.spec import parse_job, run_name, slot_time  # noqa: E402
 
 BIG = "big"
 #: Each job's schedule, by its number modulo 4: hourly, every 15 minutes in Paris, every 10

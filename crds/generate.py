@@ -7,7 +7,7 @@ the project targets (the test control plane, see e2e/controlplane/) for ``/opena
 inlines ``io.k8s.api.core.v1.PodSpec`` into the structural schema a CRD demands, and writes it
 between the BEGIN/END markers of ``crds/anarchonjobs.anarchon.io.yaml`` (the rest of the file is
 written by hand) and of the chart's byte-identical copy. ``--check`` writes nothing and fails if a
-file differs from what the server gives (tests/kube/test_podspec_schema.py runs it).
+file differs from what the server gives (tests/kube/job/test_podspec_schema.py runs it).
 
 What the conversion keeps and drops, and why:
 
@@ -74,7 +74,7 @@ _DROPPED = {
     "x-kubernetes-unions",
 }
 
-#: What AnarchonJob asks of a Pod template beyond the Pod API (operator/anarchon/kube/spec.py checks
+#: What AnarchonJob asks of a Pod template beyond the Pod API (operator/anarchon/kube/job/spec.py checks
 #: the same): at least one container, each with an image, and restartPolicy Never.
 _POD_SPEC_DESCRIPTION = (
     "The PodSpec of each try's Pod (the Pod API's own schema; see kubectl explain pod.spec), "

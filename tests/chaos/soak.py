@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from anarchon.kube.client import Kube, connect, path
+from anarchon.kube.api.client import Kube, connect, path
 from anarchon.kube.constants import RUNS
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.faults.toxiproxy import StoreProxy

@@ -46,7 +46,7 @@ EXCLUDED: dict[tuple[str, ...], str] = {
     ("pip", "install"): "installs the package these tests run from",
     ("python", "bench/bench_claims.py"): "a benchmark of minutes against every store",
     ("python3", "e2e/controlplane/controlplane.py"): "starts a control plane in the background",
-    ("python3", "crds/generate.py"): "needs that control plane: tests/kube/test_podspec_schema.py runs it (--check)",
+    ("python3", "crds/generate.py"): "needs the control plane: tests/kube/job/test_podspec_schema.py runs it (--check)",
     ("anarchon", "operator"): "runs a replica until stopped: tests/operator start replicas so",
     ("anarchon", "ui"): "serves a page until stopped: tests/ui run it against a live installation in a browser",
     ("helm", "test"): LIVE,

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import yaml
 
-from anarchon.kube.workload import fencing_token, run_env
+from anarchon.kube.run.workload import fencing_token, run_env
 from tests.chart.chartlib import EXAMPLES
 
 SLOT = 1_800_000_000_000

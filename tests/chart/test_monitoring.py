@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from anarchon.kube.metrics import Metrics
+from anarchon.kube.report.metrics import Metrics
 from tests.chart.chartlib import find, one, render, rendered
 from tests.chart.monitoring import (
     MONITORING,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from itertools import pairwise
 
-from anarchon.kube.spec import run_name, slot_time
-from anarchon.kube.triggers import pending_requests
+from anarchon.kube.job.spec import run_name, slot_time
+from anarchon.kube.job.triggers import pending_requests
 from tests.harness.cli import Cli, ok, one_line_error
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.until import until

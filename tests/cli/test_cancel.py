@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from anarchon.kube.spec import run_name
+from anarchon.kube.job.spec import run_name
 from tests.harness.cli import Cli, ok, one_line_error, run_cli
 from tests.harness.cluster import Cluster
 from tests.harness.controlplane import REPO

@@ -7,7 +7,7 @@ import time
 import yaml
 
 from anarchon.engine.schedule import cron
-from anarchon.kube.spec import slot_time
+from anarchon.kube.job.spec import slot_time
 from tests.harness.cli import Cli, ok, ok_json, one_line_error
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.until import until

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from anarchon.engine.schedule import every
-from anarchon.kube.spec import slot_time
+from anarchon.kube.job.spec import slot_time
 from tests.harness.cli import Cli, ok, ok_json
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.until import until

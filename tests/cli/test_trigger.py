@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from anarchon.cli import trigger
-from anarchon.kube.client import Kube
+from anarchon.kube.api.client import Kube
 from anarchon.kube.constants import MAX_PENDING_TRIGGERS
-from anarchon.kube.triggers import pending_requests, request_trigger
+from anarchon.kube.job.triggers import pending_requests, request_trigger
 from tests.harness.cli import Cli, ok, one_line_error
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.controlplane import REPO

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from anarchon.engine.schedule import every, slots_between
-from anarchon.kube.spec import slot_time
+from anarchon.kube.job.spec import slot_time
 from tests.harness.cli import Cli, ok, ok_json, one_line_error
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.until import until

@@ -1,7 +1,7 @@
 """Presence records, held against every real store: lease stores and claim-only ones alike.
 
 What the operator asks of a store to tell replicas that share it from replicas on stores of
-their own (see anarchon.kube.sharing): an instance noted is present until its record runs out,
+their own (see anarchon.kube.job.sharing): an instance noted is present until its record runs out,
 whoever asks, and an instance never noted (or noted in another store) is not.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from anarchon.kube.client import ApiException, Kube, path, transient
+from anarchon.kube.api.client import ApiException, Kube, path, transient
 from anarchon.kube.constants import MERGE
 from tests.faults.apiproxy import ApiFaultProxy, Fault, RequestInfo, parse_request
 

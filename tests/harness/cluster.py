@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from realnode import pod_spec_for_real_node
 
-from anarchon.kube.client import Kube
+from anarchon.kube.api.client import Kube
 from tests.faults.apiproxy import ApiFaultProxy
 from tests.harness.controlplane import REPO, connected
 from tests.harness.until import until

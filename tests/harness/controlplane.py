@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from controlplane import ControlPlane, ControlPlaneError, MissingBinariesError
 
-from anarchon.kube.client import Kube, connect
+from anarchon.kube.api.client import Kube, connect
 from tests.harness.report import report
 from tests.harness.until import until
 
@@ -108,7 +108,7 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
 
 
 async def typed_connect(kubeconfig: str, *, api_concurrency: int | None = None) -> Any:
-    """The operator's client (anarchon.kube.client.Kube) with kubernetes_asyncio's typed APIs
+    """The operator's client (anarchon.kube.api.client.Kube) with kubernetes_asyncio's typed APIs
     beside it (``core``, ``custom``, ``api``) for the tests' own requests: the operator never
     imports that library's models, a test may."""
     from kubernetes_asyncio import client, config

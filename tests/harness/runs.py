@@ -7,7 +7,7 @@ the lease, answers); everything else is real: the AnarchonJob, the AnarchonRun, 
 from __future__ import annotations
 
 from anarchon.engine import RunContext
-from anarchon.kube.podwatch import PodWatch
+from anarchon.kube.run.podwatch import PodWatch
 from tests.harness.until import until_async
 
 #: The slot every such test runs (a manual trigger's: far from any scheduled one).

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from anarchon.engine import RunCancelled
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
+from anarchon.kube.api.client import Kube
+from anarchon.kube.job.spec import JobSpec, parse_job, run_name
+from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run.cache import RunCache
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, parse_job, run_name
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.runs import RUN_STATUS, SLOT, YES, attempt

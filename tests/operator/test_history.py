@@ -9,10 +9,10 @@ from pathlib import Path
 from anarchon.engine import Job, Overlap, RunState, Scheduler
 from anarchon.engine.backend import ClaimRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
-from anarchon.kube.spec import engine_key, parse_job
-from anarchon.kube.status import JobStatus
+from anarchon.kube.api.client import Kube
+from anarchon.kube.job.spec import engine_key, parse_job
+from anarchon.kube.job.status import JobStatus
+from anarchon.kube.report.kube_events import EventPoster
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.until import until
 

@@ -1,8 +1,8 @@
-"""Mending: an AnarchonRun the store ended while nobody was left to say so is closed by a status refresh.
+"""Mending: an AnarchonRun the store ended while nobody was left to say so is closed by the resync.
 
 The store is real (SQLite), the API server is real, the Pods are KWOK's. The replica that
 ended the run in the store (a Replace claim, a give-up) is the one that "died" here: it
-never wrote the object. Before kube/mend.py, nothing else ever did: the object said Running
+never wrote the object. Before kube/run/mend.py, nothing else ever did: the object said Running
 for ever and, for Replace, the old Pod ran on beside its successor.
 """
 
@@ -23,15 +23,18 @@ from anarchon.engine import Job, Scheduler
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
 from anarchon.engine.model import ClaimOutcome, Overlap, Run, RunState
-from anarchon.kube import client as kube_client
-from anarchon.kube.client import ApiException, Kube, connect
-from anarchon.kube.events import EventPoster
-from anarchon.kube.mend import mend_runs
-from anarchon.kube.pods import pods_of_run
+from anarchon.kube.api import client as kube_client
+from anarchon.kube.api.client import ApiException, Kube, connect
+from anarchon.kube.job.controller import JobController
+from anarchon.kube.job.spec import JobSpec, engine_key, parse_job, run_name
+from anarchon.kube.job.status import JobStatus
+from anarchon.kube.report.kube_events import EventPoster
+from anarchon.kube.report.metrics import Metrics
 from anarchon.kube.run import record as runs
+from anarchon.kube.run import runstatus
+from anarchon.kube.run.mend import mend_runs
+from anarchon.kube.run.pods import pods_of_run
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, engine_key, parse_job, run_name
-from anarchon.kube.status import JobStatus
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.runs import attempt
@@ -106,6 +109,11 @@ async def _skip_whose_replica_died(scheduler: Scheduler, spec: JobSpec) -> None:
     assert not skipped.won
 
 
+def _controller(kube: Kube, scheduler: Scheduler, *, resync_s: float = 30.0) -> JobController:
+    """A replica's controller, for its resync's pass over one job (which mends its runs)."""
+    return JobController(kube, scheduler, EventPoster(kube), Metrics(scheduler.clock.now_ms), resync_s=resync_s)
+
+
 async def _ended_object(kube: Kube, spec: JobSpec, slot: int, outcome: str, message: str) -> None:
     """The run of ``slot`` has its object, which says the run ended ``outcome``."""
     await runs.ensure_run(kube, spec, slot, "Schedule")
@@ -114,7 +122,7 @@ async def _ended_object(kube: Kube, spec: JobSpec, slot: int, outcome: str, mess
         spec.namespace,
         run_name(spec.name, slot),
         1,
-        lambda s: runs.end_attempt(s, attempt=1, outcome=outcome, message=message, final=True),
+        lambda s: runstatus.end_attempt(s, attempt=1, outcome=outcome, message=message, final=True),
     )
 
 
@@ -131,8 +139,7 @@ async def test_a_replaced_run_whose_replacer_died_is_closed_and_its_pod_deleted(
     past = int(time.time() * 1000) - 10 * LEASE_MS  # long enough ago that nobody is still writing
     assert await _replace_in_store(scheduler, spec, past) == [OLD_SLOT]  # ... and its winner died before cleaning up
 
-    status = JobStatus(kube, scheduler, EventPoster(kube))
-    await asyncio.wait_for(status.refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     run = cluster.get("anarchonrun", name)["status"]
     assert run["phase"] == "Interrupted" and run.get("finishTime"), run
@@ -153,7 +160,7 @@ async def test_a_run_given_up_by_a_backup_that_died_is_closed(
     given_up = await backend.takeover(TakeoverRequest(key, slot, "dead-2", "t-2", past + LEASE_MS, LEASE_MS, 1))
     assert not given_up.won  # the store ended the run; the backup died before writing the object
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     run = cluster.get("anarchonrun", name)["status"]
     assert run["phase"] == "Interrupted" and run.get("finishTime"), run
@@ -166,8 +173,7 @@ async def test_a_run_the_store_gave_up_at_a_takeover_has_its_live_pod_stopped_fi
     """The store gives a resumable run up only after MAX_TAKEOVERS takeovers (runners failing in
     a loop), whatever its Pod does: the backup that found no attempt left deletes the live Pod
     before it writes the run Interrupted. Before, the Pod was left to run on."""
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
+    from anarchon.kube.run.listener import OperatorListener
 
     name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
     listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me")
@@ -193,7 +199,7 @@ async def test_a_run_the_store_ended_just_now_is_left_to_whoever_ended_it(
     name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
     await _replace_in_store(scheduler, spec, int(time.time() * 1000))
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     assert cluster.get("anarchonrun", name)["status"]["phase"] == "Running"
     assert await _live_pods(kube, spec, name)
@@ -229,7 +235,7 @@ async def test_the_periodic_resync_closes_it_too(
     name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
     await _replace_in_store(scheduler, spec, int(time.time() * 1000) - 10 * LEASE_MS)
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     assert cluster.get("anarchonrun", name)["status"]["phase"] == "Interrupted"
     assert await _live_pods(kube, spec, name) == []
@@ -242,7 +248,7 @@ async def test_the_store_keeps_the_record_of_a_run_whose_object_is_open(
     await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
     await _replace_in_store(scheduler, spec, int(time.time() * 1000))
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)  # within the grace
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)  # within the grace
 
     backend = scheduler.backend
     assert isinstance(backend, SqliteBackend)
@@ -260,7 +266,7 @@ async def test_a_run_object_left_without_a_status_is_closed_with_the_stores_verd
     await _skip_whose_replica_died(scheduler, spec)
     await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")  # ... and its replica died right there
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     status = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)).get("status") or {}
     assert status.get("phase") == "Skipped" and status.get("finishTime"), status
@@ -281,7 +287,7 @@ async def test_a_run_replaced_before_its_object_was_written_gets_one(
     assert await _replace_in_store(scheduler, spec, int(time.time() * 1000) - 10 * LEASE_MS) == [OLD_SLOT]
     await runs.ensure_run(kube, spec, NEW_SLOT, "Schedule")  # the replacer's own run
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     run = cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT))
     assert run is not None, "the replaced slot must have a run object"
@@ -296,7 +302,7 @@ async def test_a_skip_whose_replica_died_before_writing_its_object_gets_one(
     await _skip_whose_replica_died(scheduler, spec)
     await runs.ensure_run(kube, spec, OLD_SLOT, "Schedule")
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     run = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT))
     assert run is not None, "the skipped slot must have a run object"
@@ -318,7 +324,7 @@ async def test_a_run_the_history_limits_deleted_is_not_written_again(
     await runs.ensure_run(kube, spec, EARLY_SLOT, "Schedule")
     await _ended_object(kube, spec, NEW_SLOT, "Interrupted", "gave up")
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     assert cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT)) is None
     assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is not None
@@ -339,7 +345,7 @@ async def test_a_run_deleted_by_hand_before_the_replica_started_is_not_written_a
         await _ended_object(kube, spec, slot, "Succeeded", "ok")
     cluster.kubectl("delete", "anarchonrun", run_name(spec.name, NEW_SLOT))
 
-    await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+    await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
     assert cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT)) is None, "deleted by hand: must stay gone"
     assert cluster.get("anarchonrun", run_name(spec.name, OLD_SLOT)) is not None
@@ -371,7 +377,7 @@ async def test_a_lost_skip_of_a_job_on_every_1s_is_found_behind_newer_records(
             await _ended_object(kube, spec, slot, "Succeeded", "ok")
         await runs.ensure_run(kube, spec, base - 1000, "Schedule")
 
-        await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).resync(spec), 60)
+        await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
 
         run = cluster.get("anarchonrun", run_name(spec.name, base))
         assert run is not None, "the lost Skip must get its run object"
@@ -380,7 +386,7 @@ async def test_a_lost_skip_of_a_job_on_every_1s_is_found_behind_newer_records(
         await backend.close()
 
 
-#: Mending's own writes failing for longer than their retries: the refresh fails, and leaves
+#: Mending's own writes failing for longer than their retries: the pass fails, and leaves
 #: the next one to write the run (the object is missing, or open: either is mended).
 MEND_FAULTS = {
     "the create fails": Fault("status", code=500, verb="create", resource="anarchonruns", subresource=""),
@@ -389,7 +395,7 @@ MEND_FAULTS = {
 
 
 @pytest.mark.parametrize("what", list(MEND_FAULTS))
-async def test_a_missing_run_whose_mending_failed_is_written_by_the_next_refresh(
+async def test_a_missing_run_whose_mending_failed_is_written_by_the_next_pass(
     spec: JobSpec,
     scheduler: Scheduler,
     cluster: Cluster,
@@ -405,12 +411,12 @@ async def test_a_missing_run_whose_mending_failed_is_written_by_the_next_refresh
             await runs.ensure_run(kube, spec, OLD_SLOT, "Schedule")
             fault = proxy.add(dataclasses.replace(MEND_FAULTS[what]))
             with pytest.raises(ApiException):
-                await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+                await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
             assert fault.fired, f"the fault ({what}) must have hit"
             run = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT))
             assert run is None or not run.get("status"), "nothing was written while the faults lasted"
             proxy.clear()
-            await asyncio.wait_for(JobStatus(kube, scheduler, EventPoster(kube)).refresh(spec), 60)
+            await asyncio.wait_for(_controller(kube, scheduler).resync_job(spec), 60)
         finally:
             await kube.close()
     run = cluster.get("anarchonrun", run_name(spec.name, NEW_SLOT))
@@ -435,13 +441,15 @@ async def test_the_store_looks_of_a_pass_are_made_once_per_period_not_at_every_p
 
         monkeypatch.setattr(backend, op, counted)
     await runs.ensure_run(kube, spec, EARLY_SLOT, "Schedule")
-    status = JobStatus(kube, scheduler, EventPoster(kube), resync_s=30)
+    controller = _controller(kube, scheduler, resync_s=30)
     for _ in range(3):
-        await asyncio.wait_for(status.resync(spec), 60)
-        await asyncio.wait_for(status.refresh(spec), 60)
+        await asyncio.wait_for(controller.resync_job(spec), 60)
+        await asyncio.wait_for(controller.status.refresh(spec), 60)
     assert calls == {"history": 1, "prune": 1}, calls
-    status.forget(engine_key(spec.namespace, spec.name, spec.uid))  # the job is gone, and back
-    await asyncio.wait_for(status.resync(spec), 60)
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    controller.status.forget(key)  # the job is gone, and back
+    controller.mending.forget(key)
+    await asyncio.wait_for(controller.resync_job(spec), 60)
     assert calls == {"history": 2, "prune": 2}, calls
 
 
@@ -476,9 +484,8 @@ async def _replica_listener(
     proxy: ApiFaultProxy, spec: JobSpec, *, api_concurrency: int | None = None
 ) -> AsyncIterator[tuple[Kube, Any, Any]]:
     """A replica's listener ("me") talking through ``proxy``, its run cache listed: (kube, listener, cache)."""
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
     from anarchon.kube.run.cache import RunCache
+    from anarchon.kube.run.listener import OperatorListener
 
     kube = await connect(str(proxy.kubeconfig), api_concurrency=api_concurrency)
     cache = RunCache(kube, [spec.namespace])
@@ -540,7 +547,7 @@ async def test_a_skip_is_left_to_a_reporter_that_is_still_heard_from(
     skip (before, ours created it at 3 s); one that falls silent is replaced within seconds;
     one heard from that never writes it is replaced after SKIP_LEFT_TO_A_LIVE_REPORTER_S (8 s here)."""
     from anarchon.engine import Run
-    from anarchon.kube import listener as listener_module
+    from anarchon.kube.run import listener as listener_module
 
     monkeypatch.setattr(listener_module, "SKIP_LEFT_TO_A_LIVE_REPORTER_S", 8.0)
     silent_at = {"writes it at 10 s": 12.0, "falls silent at 2 s": 2.0}.get(reporter, 20.0)
@@ -597,8 +604,7 @@ async def test_a_skips_event_waits_behind_the_requests_of_runs_queued_after_it_i
     wrote nearly every skip). Its create and status go in one turn, without a read between."""
     from weakref import WeakKeyDictionary
 
-    from anarchon.kube.listener import OperatorListener
-    from anarchon.kube.metrics import Metrics
+    from anarchon.kube.run.listener import OperatorListener
 
     monkeypatch.setattr(kube_client, "_turns", WeakKeyDictionary())  # this loop's turns: one
     with ApiFaultProxy(control_plane) as proxy:
@@ -652,8 +658,8 @@ def test_a_skip_whose_reporter_died_before_writing_it_is_written_by_another_repl
         keep = {"successfulRunsHistoryLimit": 100}  # every Skipped run stays
         cluster.apply(job_manifest("skipper", every="2s", overlap="Skip", annotations=long_runs, **keep))
         until("the long run", lambda: cluster.phases("skipper")["Running"] == 1, timeout=60)
-        # The job's status shows it once its runner refreshed it, and mended: the next look for
-        # runs without an object is a minute away.
+        # The job's status shows it once its runner refreshed it (mending waits for a resync:
+        # ten minutes away).
         until(
             "the job's status refreshed",
             lambda: (cluster.get("anarchonjob", "skipper").get("status") or {}).get("activeCount") == 1,

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube.spec import run_name
-from anarchon.kube.triggers import pending_requests
+from anarchon.kube.job.spec import run_name
+from anarchon.kube.job.triggers import pending_requests
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.controlplane import REPO
 from tests.harness.until import until

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 from anarchon.engine import Every
 from anarchon.engine import limits as L
-from anarchon.kube.spec import JobSpec, SpecError, parse_job, schedule_column
-from anarchon.kube.triggers import NOW, parse_trigger
+from anarchon.kube.job.spec import JobSpec, SpecError, parse_job, schedule_column
+from anarchon.kube.job.triggers import NOW, parse_trigger
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.until import until
 

@@ -14,13 +14,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
-from anarchon.kube.pods import build_pod, create_pod
+from anarchon.kube.api.client import Kube
+from anarchon.kube.job.spec import JobSpec, parse_job, pod_name, run_name
+from anarchon.kube.report.kube_events import EventPoster
 from anarchon.kube.run import record as runs
+from anarchon.kube.run import runstatus
+from anarchon.kube.run.pods import build_pod, create_pod
 from anarchon.kube.run.replaced import end_replaced
 from anarchon.kube.run.runner import PodRunner
-from anarchon.kube.spec import JobSpec, parse_job, pod_name, run_name
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.runs import SLOT, attempt
 from tests.harness.until import until
@@ -239,7 +240,7 @@ async def _first_try_failed(cluster: Cluster, kube: Kube, job: str) -> tuple[Job
     name = run_name(spec.name, SLOT)
     run = await runs.ensure_run(kube, spec, SLOT, "Manual")
     await runs.update_status(
-        kube, spec.namespace, name, 1, lambda s: runs.start_attempt(s, attempt=1, instance="dead", pod=name)
+        kube, spec.namespace, name, 1, lambda s: runstatus.start_attempt(s, attempt=1, instance="dead", pod=name)
     )
     body = build_pod(
         spec, run=name, pod=name, slot=SLOT, attempt=1, try_number=1, instance="dead", run_uid=run["metadata"]["uid"]
@@ -286,7 +287,7 @@ async def test_a_run_replaced_in_its_backoff_is_interrupted_not_failed_by_its_ea
         spec.namespace,
         name,
         1,
-        lambda s: runs.try_failed(s, try_number=1, message="exit 3", next_try_at=at, next_pod=pod_name(name, 2)),
+        lambda s: runstatus.try_failed(s, try_number=1, message="exit 3", next_try_at=at, next_pod=pod_name(name, 2)),
     )
     await end_replaced(kube, spec.namespace, name, [name], "replaced by the run of slot 1800000010000")
 

@@ -16,11 +16,11 @@ import pytest
 
 from anarchon.engine import Scheduler
 from anarchon.engine.backends import from_url
-from anarchon.kube import client as kube_client
-from anarchon.kube.client import Kube
-from anarchon.kube.events import EventPoster
-from anarchon.kube.spec import parse_job
-from anarchon.kube.status import JobStatus
+from anarchon.kube.api import client as kube_client
+from anarchon.kube.api.client import Kube
+from anarchon.kube.job.spec import parse_job
+from anarchon.kube.job.status import JobStatus
+from anarchon.kube.report.kube_events import EventPoster
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, job_manifest
 from tests.harness.until import until_async

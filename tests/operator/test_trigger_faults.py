@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube.triggers import pending_requests
+from anarchon.kube.job.triggers import pending_requests
 from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.until import until

@@ -8,9 +8,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from anarchon.kube.client import Kube, connect, path
+from anarchon.kube.api.client import Kube, connect, path
 from anarchon.kube.constants import MERGE
-from anarchon.kube.spec import run_name, slot_time
+from anarchon.kube.job.spec import run_name, slot_time
 
 #: A run to create and the status to write on it.
 Made = tuple[dict[str, Any], dict[str, Any]]

@@ -9,7 +9,7 @@ import pytest
 from anarchon.cli.records import run_record
 from anarchon.cli.ui import loopback
 from anarchon.engine.schedule import Cron, every
-from anarchon.kube.spec import slot_time
+from anarchon.kube.job.spec import slot_time
 from anarchon.ui.timeline import Row, span_of, svg
 from anarchon.ui.words import in_words
 from tests.harness.cli import one_line_error, run_cli

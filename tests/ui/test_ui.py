@@ -26,7 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from anarchon.kube.spec import run_name, slot_time
+from anarchon.kube.job.spec import run_name, slot_time
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.until import until
 

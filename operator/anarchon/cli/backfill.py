@@ -1,6 +1,6 @@
 """``anarchon backfill JOB --from T --to T``: run every slot of a past range, once each.
 
-Built on the manual-trigger path (:mod:`anarchon.kube.triggers`), nothing new in the replicas:
+Built on the manual-trigger path (:mod:`anarchon.kube.job.triggers`), nothing new in the replicas:
 each slot in turn is a request in the job's trigger queue, as ``anarchon trigger`` adds, and
 the next one is added only once the replicas have removed it (after the store decided the
 slot), so a backfill holds one place of the queue at a time. So a slot is claimed in the store
@@ -36,7 +36,7 @@ from .follow import follow
 from .trigger import ask
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 #: Most slots one backfill runs. Each is a run and a Pod; a larger range is split by the user.
 MAX_SLOTS: Final = 500
@@ -59,8 +59,8 @@ async def _handled(kube: Kube, namespace: str, name: str, key: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..engine import RunState
     from ..engine.schedule import slots_between
+    from ..kube.job.spec import SpecError, parse_job, run_name, slot_time
     from ..kube.run.record import list_runs
-    from ..kube.spec import SpecError, parse_job, run_name, slot_time
 
     try:
         start, end = time_arg("--from", args.start), time_arg("--to", args.end)

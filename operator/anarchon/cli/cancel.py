@@ -17,7 +17,7 @@ from .common import Failure, add_kube_args, add_wait_args, crds_missing, report,
 from .follow import follow
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
     from ..kube.run.record import Cancel
 
 #: Where the API server says who the caller is (GA since Kubernetes 1.28).
@@ -26,7 +26,7 @@ REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 async def _caller(kube: Kube) -> str | None:
     """Who the API server takes us for (a user, or a ServiceAccount's name); None if it does not say."""
-    from ..kube.client import ApiException, call
+    from ..kube.api.client import ApiException, call
 
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     try:
@@ -37,7 +37,7 @@ async def _caller(kube: Kube) -> str | None:
 
 
 async def _read(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    from ..kube.client import ApiException, call, path
+    from ..kube.api.client import ApiException, call, path
     from ..kube.constants import API_VERSION, RUNS
     from .common import INSTALL_CRDS
 
@@ -53,7 +53,7 @@ async def _read(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 
 async def _annotate(kube: Kube, namespace: str, name: str, version: str, annotations: dict[str, str | None]) -> bool:
     """Set the annotations on the run as it was at ``version``; False if it changed since (it may have ended)."""
-    from ..kube.client import ApiException, call, path
+    from ..kube.api.client import ApiException, call, path
     from ..kube.constants import MERGE, RUNS
 
     patch = {"metadata": {"resourceVersion": version, "annotations": annotations}}
@@ -77,7 +77,8 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
     """Ask the replicas to stop run ``name``; what was done, in one line. A run that has ended is
     the verb's one-line failure. ``anarchon ui`` cancels through this too."""
     from ..kube.constants import ANNOTATION_CANCEL, ANNOTATION_CANCEL_BY
-    from ..kube.run.record import Cancel, RunStatus, cancel_of
+    from ..kube.run.record import Cancel, cancel_of
+    from ..kube.run.runstatus import RunStatus
 
     by = await _caller(kube)
     while True:
@@ -97,7 +98,7 @@ async def request_cancel(kube: Kube, namespace: str, name: str, reason: str) -> 
 
 def run(args: argparse.Namespace) -> int:
     from ..engine import RunState
-    from ..kube.spec import run_name
+    from ..kube.job.spec import run_name
 
     try:
         if (args.run is None) == (args.job is None) or (args.job is None) != (args.slot is None):

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 class Failure(Exception):
@@ -99,7 +99,7 @@ def add_kube_args(parser: argparse.ArgumentParser) -> None:
 
 def default_namespace(kubeconfig: str | None) -> str:
     """The kubeconfig context's namespace, or the Pod's own in a cluster, else "default"."""
-    from ..kube.kubeconfig import current_namespace
+    from ..kube.api.kubeconfig import current_namespace
 
     return current_namespace(kubeconfig) or "default"
 
@@ -119,7 +119,7 @@ def with_kube(verb: str, args: argparse.Namespace, body: Callable[[Kube, str], A
     """
     import aiohttp
 
-    from ..kube.client import ApiException, CredentialsError, connect, request_timeout
+    from ..kube.api.client import ApiException, CredentialsError, connect, request_timeout
 
     namespace = args.namespace or default_namespace(args.kubeconfig)
     limit: float | None = getattr(args, "request_timeout", None)
@@ -163,7 +163,7 @@ async def crds_missing(kube: Kube) -> bool:
 
     A 404 says the same for a missing job and a missing resource type; discovery tells them apart.
     """
-    from ..kube.client import ApiException, call
+    from ..kube.api.client import ApiException, call
     from ..kube.constants import GROUP, VERSION
 
     try:
@@ -176,7 +176,7 @@ async def crds_missing(kube: Kube) -> bool:
 async def api_failure(kube: Kube, exc: Exception) -> Failure:
     """The one line an API error gives: the server's own message (what a 403 says is missing), and how
     to install the CRDs when it is the missing resource type that is not found."""
-    from ..kube.client import ApiException
+    from ..kube.api.client import ApiException
     from ..kube.constants import API_VERSION
 
     assert isinstance(exc, ApiException)
@@ -190,8 +190,8 @@ async def api_failure(kube: Kube, exc: Exception) -> Failure:
 
 def time_arg(flag: str, value: str) -> int:
     """A time flag (``--at``, ``--after``, ``--from``, ``--to``) as ms since the epoch: the values
-    a trigger takes (:func:`anarchon.kube.triggers.parse_trigger`), so one spelling works everywhere."""
-    from ..kube.triggers import parse_trigger
+    a trigger takes (:func:`anarchon.kube.job.triggers.parse_trigger`), so one spelling works everywhere."""
+    from ..kube.job.triggers import parse_trigger
 
     slot = parse_trigger(value)
     if slot is None:
@@ -214,7 +214,7 @@ async def not_found(kube: Kube, namespace: str, name: str) -> Failure:
 
 async def read_job(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     """The AnarchonJob object; a missing one is the one-line error every verb gives."""
-    from ..kube.client import ApiException
+    from ..kube.api.client import ApiException
 
     try:
         return await kube.get_job(namespace, name)

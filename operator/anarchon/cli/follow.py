@@ -2,7 +2,7 @@
 
 It polls the AnarchonRun (once a second) rather than watching it: the run may not exist yet
 (no replica has claimed the slot), and a poll needs no resumable watch to survive an API
-server restart. A run is over when its object says so (:attr:`anarchon.kube.run.record.RunStatus.ended`):
+server restart. A run is over when its object says so (:attr:`anarchon.kube.run.runstatus.RunStatus.ended`):
 an Interrupted run without a finish time still waits for its next attempt.
 """
 
@@ -17,13 +17,13 @@ from .common import Failure
 
 if TYPE_CHECKING:
     from ..engine import RunState
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 POLL_S = 1.0
 
 
 def _progress(run: dict[str, Any]) -> tuple[Any, ...]:
-    from ..kube.run.record import RunStatus
+    from ..kube.run.runstatus import RunStatus
 
     status = RunStatus.of(run.get("status"))
     return (status.phase, status.attempt, status.instance, status.reason)
@@ -31,7 +31,7 @@ def _progress(run: dict[str, Any]) -> tuple[Any, ...]:
 
 def _line(run: dict[str, Any]) -> str:
     from ..engine import RunState
-    from ..kube.run.record import RunStatus
+    from ..kube.run.runstatus import RunStatus
 
     status = RunStatus.of(run.get("status"))
     text = str(status.phase or "Created")
@@ -68,9 +68,9 @@ async def follow(
     A ``claimed`` run (one being cancelled) exists already: nothing is said of waiting for it.
     """
     from ..engine.durations import format_duration
-    from ..kube.client import ApiException, call, path
+    from ..kube.api.client import ApiException, call, path
     from ..kube.constants import RUNS
-    from ..kube.run.record import RunStatus
+    from ..kube.run.runstatus import RunStatus
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     took = "" if timeout_s is None else format_duration(round(timeout_s * 1000))

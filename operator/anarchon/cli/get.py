@@ -10,7 +10,7 @@ from .common import add_kube_args, read_job, with_kube
 from .output import add_output_arg, dump, fields, relative, table
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 def _at(rfc3339: str | None) -> str:
@@ -50,8 +50,8 @@ def _text(job: dict[str, Any]) -> str:
 
 def _pending_triggers(job: dict[str, Any]) -> list[str]:
     """The runs asked for and not yet taken by a replica, by the time each names (``now``, or a slot's)."""
-    from ..kube.spec import slot_time
-    from ..kube.triggers import NOW, parse_trigger, pending_requests
+    from ..kube.job.spec import slot_time
+    from ..kube.job.triggers import NOW, parse_trigger, pending_requests
 
     def shown(value: str) -> str:
         if value.strip() == NOW:
@@ -63,8 +63,8 @@ def _pending_triggers(job: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..kube.job.spec import parse_job
     from ..kube.run.record import list_runs
-    from ..kube.spec import parse_job
     from .records import job_record, run_record
     from .times import upcoming
 

@@ -3,7 +3,7 @@
 Two checks, both offline. The CRD's own schema (:mod:`.crdschema`, down into the Pod template):
 what the API server would refuse, and the unknown fields it would drop without a word for a
 client that does not ask for strict validation (``timezone:``, a container's ``resource:``),
-each with the field meant. Then the operator's (:func:`anarchon.kube.spec.parse_job`, bounds from
+each with the field meant. Then the operator's (:func:`anarchon.kube.job.spec.parse_job`, bounds from
 :mod:`anarchon.engine.limits`), so lint passes what the operator runs and refuses what it
 would mark ``Invalid``, including what the API server cannot check (an unknown time zone, a
 cron expression that never matches); its message wins where both find fault with a field.
@@ -24,7 +24,7 @@ from .output import add_output_arg, dump
 
 def _problems(body: dict[str, Any]) -> list[str]:
     """The operator's problems, then the schema's about fields the operator said nothing of."""
-    from ..kube.spec import SpecError, parse_job
+    from ..kube.job.spec import SpecError, parse_job
     from .crdschema import check_job
 
     try:

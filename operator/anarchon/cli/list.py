@@ -10,7 +10,7 @@ from .common import add_kube_args, with_kube
 from .output import add_output_arg, dump, relative, table
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 def run(args: argparse.Namespace) -> int:

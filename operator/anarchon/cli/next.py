@@ -16,11 +16,11 @@ from .manifests import read
 from .output import add_output_arg, dump, table
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 def _next(label: str, body: dict[str, Any], after_ms: int, count: int) -> dict[str, Any]:
-    from ..kube.spec import SpecError, parse_job, schedule_column
+    from ..kube.job.spec import SpecError, parse_job, schedule_column
     from .times import upcoming, zone_of
 
     try:

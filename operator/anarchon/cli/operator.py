@@ -48,7 +48,7 @@ def _api_concurrency(value: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..engine import ConfigError
-    from ..kube.client import CredentialsError
+    from ..kube.api.client import CredentialsError
     from ..kube.main import OperatorConfig, run_operator
     from ..logs import setup_logging
 

@@ -11,8 +11,9 @@ from enum import StrEnum
 from typing import Any
 
 from ..kube.constants import ANNOTATION_SUSPEND_REASON
-from ..kube.run.record import RunStatus, RunStep, cause_of
-from ..kube.spec import SpecError, parse_job, schedule_column, slot_time
+from ..kube.job.spec import SpecError, parse_job, schedule_column, slot_time
+from ..kube.run.record import cause_of
+from ..kube.run.runstatus import RunStatus, RunStep
 from .times import zone_of
 
 

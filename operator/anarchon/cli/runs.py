@@ -9,7 +9,7 @@ from .common import add_kube_args, read_job, with_kube
 from .output import add_output_arg, dump, table
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from .common import add_kube_args, not_found, with_kube
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 async def patch_suspended(kube: Kube, namespace: str, job: str, suspended: bool, reason: str | None) -> str:
     """Patch ``spec.suspend`` and the reason annotation (None removes it) of ``job`` at once; what
     was done, in one line. ``anarchon ui`` suspends and resumes through this too."""
-    from ..kube.client import ApiException
+    from ..kube.api.client import ApiException
     from ..kube.constants import ANNOTATION_SUSPEND_REASON
 
     body = {"spec": {"suspend": suspended}, "metadata": {"annotations": {ANNOTATION_SUSPEND_REASON: reason}}}

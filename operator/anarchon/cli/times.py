@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 from ..engine.limits import MAX_SLOT_MS
 from ..engine.schedule import Cron, Schedule
-from ..kube.spec import slot_time
+from ..kube.job.spec import slot_time
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -4,7 +4,7 @@ It adds a request to the job's trigger queue, an annotation of its own
 (``anarchon.io/trigger.<id>``, through the API: no kubectl needed, so it also works from the
 operator's image), written onto the version of the job it read: it never overwrites another
 request, and the queue's bound holds (a full queue is refused, rc 1). The replicas claim the
-slot like any scheduled one, then remove the request (see :mod:`anarchon.kube.triggers`): a
+slot like any scheduled one, then remove the request (see :mod:`anarchon.kube.job.triggers`): a
 request sent while no replica runs waits for them. With ``--wait`` it follows the run to its
 end and exits with its outcome: 0 if it Succeeded, 1 otherwise (Failed, Interrupted, Skipped,
 Cancelled, or not over within ``--timeout``, 10 minutes by default), so a script or a CI step
@@ -21,15 +21,15 @@ from .common import Failure, add_kube_args, add_wait_args, not_found, report, ti
 from .follow import follow
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
     """Queue a request for a run of ``job`` at ``at``; its annotation key. A full queue, or a
     missing job, is the verb's one-line failure. ``anarchon ui`` asks through this too."""
-    from ..kube.client import ApiException
+    from ..kube.api.client import ApiException
     from ..kube.constants import MAX_PENDING_TRIGGERS
-    from ..kube.triggers import Contended, QueueFull, request_trigger
+    from ..kube.job.triggers import Contended, QueueFull, request_trigger
 
     try:
         return await request_trigger(kube, namespace, job, at)
@@ -48,7 +48,7 @@ async def ask(kube: Kube, namespace: str, job: str, at: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..engine import RunState
-    from ..kube.spec import run_name
+    from ..kube.job.spec import run_name
 
     at = args.at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     try:

@@ -48,7 +48,7 @@ def loopback(address: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kube.client import CredentialsError, connect
+    from ..kube.api.client import CredentialsError, connect
     from ..ui.server import serve
 
     if not loopback(args.address):

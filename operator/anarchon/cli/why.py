@@ -17,14 +17,14 @@ from .common import Failure, add_kube_args, count_arg, read_job, report, time_ar
 from .output import add_output_arg, dump, table
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
-    from ..kube.missed import Window
-    from ..kube.spec import JobSpec
+    from ..kube.api.client import Kube
+    from ..kube.job.missed import Window
+    from ..kube.job.spec import JobSpec
 
 
 def _after(slot: int, rfc3339: str | None) -> str | None:
     """How long after the slot a time was, to the second the API server keeps: ``+2s``, ``<1s``."""
-    from ..kube.spec import ms_of
+    from ..kube.job.spec import ms_of
 
     t = ms_of(rfc3339)
     if t is None:
@@ -39,7 +39,8 @@ def _condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 def _ran(slot: int, run: dict[str, Any], spec: JobSpec | None) -> dict[str, Any]:
     """A slot that has a run: what it did, who ran it and how late each step was."""
     from ..engine import Cause, RunState
-    from ..kube.run.record import RunStatus, cause_of
+    from ..kube.run.record import cause_of
+    from ..kube.run.runstatus import RunStatus
 
     status = RunStatus.of(run.get("status"))
     phase = str(status.phase or "")
@@ -94,7 +95,7 @@ def _not_run(
 ) -> dict[str, Any]:
     """A slot without a run: the first of the job's facts that explains it."""
     from ..kube.constants import ANNOTATION_SUSPEND_REASON
-    from ..kube.spec import ms_of
+    from ..kube.job.spec import ms_of
 
     record: dict[str, Any] = {"run": None}
     created = ms_of(job["metadata"].get("creationTimestamp"))
@@ -135,8 +136,8 @@ def explain(
     job: dict[str, Any], run_objects: list[dict[str, Any]], slots: list[int], now_ms: int
 ) -> list[dict[str, Any]]:
     """One record per slot, oldest first: its verdict, why, and the facts behind it."""
-    from ..kube import missed
-    from ..kube.spec import SpecError, parse_job, slot_time
+    from ..kube.job import missed
+    from ..kube.job.spec import SpecError, parse_job, slot_time
 
     try:
         spec: JobSpec | None = parse_job(job)
@@ -156,7 +157,7 @@ def _slots(job: dict[str, Any], run_objects: list[dict[str, Any]], args: argpars
     """The slots asked about: ``--slot``'s (a run's slot, or the schedule's), or the last N due, with
     the manual runs among them."""
     from ..engine.schedule import slots_between
-    from ..kube.spec import SpecError, parse_job, slot_time
+    from ..kube.job.spec import SpecError, parse_job, slot_time
 
     run_slots = {int((r.get("spec") or {}).get("slot") or 0) for r in run_objects}
     try:

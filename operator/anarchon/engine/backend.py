@@ -1,7 +1,7 @@
 """The interface between the engine and a store, one abstract class per concern.
 
 * :class:`ClaimStore`: names exactly one winner per ``(job, slot)``.
-* :class:`PresenceStore`: knows which instances use it (:mod:`anarchon.kube.sharing`).
+* :class:`PresenceStore`: knows which instances use it (:mod:`anarchon.kube.job.sharing`).
 * :class:`LeaseStore`: a claim that also keeps a lease with an expiry and the current
   attempt's token: heartbeat, finish, release, takeover by backups, fencing of stale runners.
 * :class:`HistoryStore`: the runs a job had, the base of catch-up, pruning and forgetting.

@@ -21,7 +21,7 @@ class RunFields:
     """The fields a record gets.
 
     ``job`` is the job's name in the engine and the store, as in the plain log lines: in the
-    operator ``namespace/name#uid-prefix`` (:func:`anarchon.kube.spec.engine_key`).
+    operator ``namespace/name#uid-prefix`` (:func:`anarchon.kube.job.spec.engine_key`).
     """
 
     job: str

@@ -25,17 +25,17 @@ from ..engine import Clock, Scheduler, SystemClock, default_instance_id, observe
 from ..engine.backends import from_url
 from ..engine.errors import StoreError
 from ..engine.retry import Backoff, retry
-from .client import API_CONCURRENCY, backlog_ms, connect
-from .controller import JobController
-from .events import EventPoster
-from .health import HealthServer
-from .jobwatch import JobWatch
-from .listener import OperatorListener
-from .metrics import Metrics
-from .pods import follower_label
-from .podwatch import PodWatch
+from .api.client import API_CONCURRENCY, backlog_ms, connect
+from .job.controller import JobController
+from .job.jobwatch import JobWatch
+from .job.sharing import CHECK_EVERY_S, StoreSharing
+from .report.health import HealthServer
+from .report.kube_events import EventPoster
+from .report.metrics import Metrics
 from .run.cache import RunCache
-from .sharing import CHECK_EVERY_S, StoreSharing
+from .run.listener import OperatorListener
+from .run.pods import follower_label
+from .run.podwatch import PodWatch
 
 log = logging.getLogger("anarchon.kube")
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from ..cli.common import Failure, api_failure
-from ..kube.client import ApiException, request_timeout
-from ..kube.spec import slot_time
+from ..kube.api.client import ApiException, request_timeout
+from ..kube.job.spec import slot_time
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 
 @dataclass(frozen=True)

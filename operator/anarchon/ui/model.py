@@ -1,6 +1,6 @@
 """What the page shows, kept live: the AnarchonJobs, AnarchonRuns and Events in scope.
 
-Each is one list-then-watch loop of the operator's own (:class:`anarchon.kube.watching.ScopedWatch`),
+Each is one list-then-watch loop of the operator's own (:class:`anarchon.kube.api.watching.ScopedWatch`),
 with the user's credentials: a page is drawn from memory, never from a request per view, and an
 open page hears of a change through :meth:`Model.subscribe` (the server turns it into a
 server-sent event). A change is named by *topics* (``jobs`` when a job comes or goes,
@@ -30,10 +30,10 @@ from typing import Any, Generic, TypeVar
 
 from ..cli.records import job_record, run_record
 from ..engine.schedule import Schedule
-from ..kube.client import ApiException, Kube, path
+from ..kube.api.client import ApiException, Kube, path
+from ..kube.api.watching import ScopedWatch
 from ..kube.constants import JOB_KIND, JOBS, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
-from ..kube.spec import SpecError, parse_job
-from ..kube.watching import ScopedWatch
+from ..kube.job.spec import SpecError, parse_job
 from .words import in_words
 
 Key = tuple[str, str]
@@ -41,9 +41,9 @@ Key = tuple[str, str]
 CHANGES_KEPT = 1000
 #: What is kept of an object (:class:`Watched`).
 V = TypeVar("V")
-#: A retry's Pod is ``<run>-r<n>`` (:func:`anarchon.kube.spec.pod_name`).
+#: A retry's Pod is ``<run>-r<n>`` (:func:`anarchon.kube.job.spec.pod_name`).
 _RETRY_POD = re.compile(r"-r[0-9]+$")
-#: A run's Pod: ``<job>-<slot in s or ms>``, then ``-r<n>`` for a retry (:func:`anarchon.kube.spec.run_name`).
+#: A run's Pod: ``<job>-<slot in s or ms>``, then ``-r<n>`` for a retry (:func:`anarchon.kube.job.spec.run_name`).
 _RUN_POD = re.compile(r"-[0-9]{1,13}(-r[0-9]+)?$")
 #: The fields of an Event the run's story shows.
 _EVENT_FIELDS = (

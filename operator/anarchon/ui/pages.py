@@ -20,8 +20,8 @@ from ..cli.output import relative
 from ..cli.records import suspended_text
 from ..cli.times import upcoming
 from ..engine import RunState
-from ..kube.spec import slot_time
-from ..kube.workload import fencing_token
+from ..kube.job.spec import slot_time
+from ..kube.run.workload import fencing_token
 from . import timeline
 from .model import JobFacts
 

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from ..kube.client import ApiException, path
-from ..kube.triggers import parse_trigger
+from ..kube.api.client import ApiException, path
+from ..kube.job.triggers import parse_trigger
 from . import actions, pages
 from .model import Model
 from .timeline import Row, span_of
 
 if TYPE_CHECKING:
-    from ..kube.client import Kube
+    from ..kube.api.client import Kube
 
 log = logging.getLogger("anarchon.ui")
 

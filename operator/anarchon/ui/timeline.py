@@ -20,7 +20,7 @@ from html import escape
 from typing import Any
 
 from ..engine import RunState
-from ..kube.spec import ms_of
+from ..kube.job.spec import ms_of
 
 WIDTH = 1200
 LABEL_W = 170

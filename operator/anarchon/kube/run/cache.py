@@ -16,10 +16,10 @@ changes in order, so only equality is checked, never which version is newer).
 
 The watch also tells which replicas are at work: every write of a run's status names its
 replica (``status.instance``), so :meth:`RunCache.heard_from` says when a replica last wrote
-one. Another replica's skip is left to it while it is heard from (see :mod:`..listener`). And
+one. Another replica's skip is left to it while it is heard from (see :mod:`.listener`). And
 only a replica itself adds an attempt naming it to a run (or ends a run Skipped in its name),
 each time after its store let it claim or take over the run: :meth:`RunCache.acted` says
-when the watch last delivered such a change by each replica (see :mod:`..sharing`).
+when the watch last delivered such a change by each replica (see :mod:`..job.sharing`).
 
 The watch also brings a cancel (:data:`..constants.ANNOTATION_CANCEL`) to the runner of the run:
 it registers for the run's :class:`CancelWake` (:meth:`RunCache.cancels`) while its attempt runs,
@@ -39,10 +39,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...engine import RunState
-from ..client import Kube
+from ..api.client import Kube
+from ..api.watching import ScopedWatch, registered
 from ..constants import LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, RUNS
-from ..watching import ScopedWatch, registered
-from .record import Cancel, RunStatus, cancel_of
+from .record import Cancel, cancel_of
+from .runstatus import RunStatus
 
 Key = tuple[str, str]  # namespace, name
 
@@ -51,7 +52,7 @@ Key = tuple[str, str]  # namespace, name
 #: was called and was followed by another's write: never read a copy older than the watch's for long.
 WRITTEN_FOR_S = 10.0
 #: How long a deletion seen by the watch is remembered: longer than mending looks back (see
-#: :data:`..mend.MISSING_LOOK_BACK_MS`), so that a run deleted by hand or by the history limits
+#: :data:`.mend.MISSING_LOOK_BACK_MS`), so that a run deleted by hand or by the history limits
 #: is not written again from its store record. Pruned once more than DELETED_KEPT are held.
 DELETED_FOR_S = 600.0
 DELETED_KEPT = 10_000

@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 from ...engine import RunInterrupted, RunState
 from ...engine.attempt import REPLACED, SHUTDOWN
 from ...engine.durations import format_duration
-from ..client import ApiException, in_background
-from ..pods import PodFate, PodView, delete_pod, fate_of, follow_pod, follower_of, read_pod, running_for_s
-from ..podwatch import PodChange, interest_in
-from ..watching import uid_of
-from . import record
+from ..api.client import ApiException, in_background
+from ..api.watching import uid_of
+from . import runstatus
 from .held import Held
 from .pending import pending
+from .pods import PodFate, PodView, delete_pod, fate_of, follow_pod, follower_of, read_pod, running_for_s
+from .podwatch import PodChange, interest_in
 from .replaced import REPLACED_BY_NEWER, end_replaced
 
 log = logging.getLogger("anarchon.kube.run.follow")
@@ -112,7 +112,7 @@ async def follow(held: Held, view: PodView, try_number: int, since: PodChange | 
             if spec.retries.may_retry(try_number) and not deadline:
                 return view
             message = view.message if try_number == 1 else f"failed after {try_number} tries: {view.message}"
-            await held.fail(message, record.DEADLINE_EXCEEDED if deadline else None)
+            await held.fail(message, runstatus.DEADLINE_EXCEEDED if deadline else None)
         # Lost or gone: this attempt is over, the next one relaunches.
         ctx.set_alive(False)
         if view.fate is PodFate.LOST:
@@ -179,7 +179,7 @@ async def _deadline(held: Held, view: PodView) -> float | None:
         await held.confirm()
         await delete_pod(held.kube, spec.namespace, view.name)
         message = f"run {held.name}: Pod {view.name} ran past timeout ({format_duration(spec.timeout_ms)}): deleting it"
-        await held.events.about(spec, reason=record.DEADLINE_EXCEEDED, warning=True, message=message)
+        await held.events.about(spec, reason=runstatus.DEADLINE_EXCEEDED, warning=True, message=message)
     return 0.0
 
 
@@ -193,7 +193,7 @@ async def _covered(held: Held, view: PodView, label: _Label) -> bool:
 
     Once ours, the label is never taken back: if it leaves us while this attempt holds the
     run, another replica follows the Pod as its holder too, which one shared store never
-    allows (replicas on stores of their own each win every run: see :mod:`..sharing`). Taking
+    allows (replicas on stores of their own each win every run: see :mod:`..job.sharing`). Taking
     it back each time would be a war of relabels.
     The Pod is polled instead; and once the store is known not to be shared, no label is
     moved at all.

@@ -16,15 +16,15 @@ from typing import Any, NoReturn
 
 from ...engine import RunCancelled, RunContext, RunFailed, RunInterrupted, RunState
 from ...engine.attempt import FENCED
-from ..client import Kube
+from ..api.client import Kube
+from ..api.watching import uid_of
 from ..constants import RUN_KIND
-from ..events import EventPoster
-from ..pods import PodView
-from ..podwatch import PodWatch, wait_for_change
-from ..spec import JobSpec
-from ..watching import uid_of
-from . import record
+from ..job.spec import JobSpec
+from ..report.kube_events import EventPoster
+from . import record, runstatus
 from .cache import CancelWake
+from .pods import PodView
+from .podwatch import PodWatch, wait_for_change
 
 #: The reason of the Events of a cancelled run.
 CANCELLED = str(RunState.CANCELLED)
@@ -43,7 +43,7 @@ class Wiring:
     wrote: Callable[[dict[str, Any]], None] | None = None
     #: A job's run objects as the run cache has them (None: not live).
     runs_of: Callable[[str, str], list[dict[str, Any]] | None] | None = None
-    #: False while the store is found not shared (see :mod:`..sharing`).
+    #: False while the store is found not shared (see :mod:`..job.sharing`).
     store_shared: Callable[[], bool] | None = None
     #: How often a Pod is read when no watch wakes us...
     poll_s: float = 1.0
@@ -85,7 +85,7 @@ class Held:
             f"attempt {ctx.attempt} fenced ({ctx.stop_reason or FENCED}): another attempt holds the run"
         )
 
-    async def write(self, change: Callable[[record.Status], record.Status | None]) -> None:
+    async def write(self, change: Callable[[runstatus.Status], runstatus.Status | None]) -> None:
         """Write the run's status for this attempt; a refusal ends the attempt (a later one owns the run)."""
         spec, attempt = self.spec, self.ctx.attempt
         if not await record.update_status(self.kube, spec.namespace, self.name, attempt, change, in_hand=self.in_hand):
@@ -111,7 +111,7 @@ class Held:
         ctx = self.ctx
         await self.confirm()
         await self.write(
-            lambda s: record.end_attempt(
+            lambda s: runstatus.end_attempt(
                 s,
                 attempt=ctx.attempt,
                 outcome=outcome,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 from ...engine import Overlap, RunSkipped
-from ..pods import PodFate, fate_of, pods_of_run, run_of
-from . import record
+from . import record, runstatus
 from .held import Held
+from .pods import PodFate, fate_of, pods_of_run, run_of
 from .replaced import end_replaced
 
 log = logging.getLogger("anarchon.kube.run.overlap")
@@ -49,7 +49,7 @@ async def overlap_in_kubernetes(held: Held) -> None:
     other, pod = live[0]
     message = f"skipped: the run {other} is still active (its Pod {pod} is live)"
     await held.confirm()
-    await held.write(lambda s: record.skipped(s, message=message, instance=ctx.instance))
+    await held.write(lambda s: runstatus.skipped(s, message=message, instance=ctx.instance))
     await held.events.about(spec, reason="Skipped", message=f"run {name}: {message}")
     raise RunSkipped(message)
 
@@ -64,7 +64,7 @@ async def _live_of_other_runs(held: Held) -> list[tuple[str, str]]:
     pods = []
     for obj in objects:
         other = str(obj["metadata"]["name"])
-        if other != name and not record.ended(obj.get("status") or {}):
+        if other != name and not runstatus.ended(obj.get("status") or {}):
             pods += await pods_of_run(held.kube, spec.namespace, other)
     live = (PodFate.LIVE, PodFate.LINGERING)
     return [(run_of(p), fate_of(p).name) for p in pods if run_of(p) != name and fate_of(p).fate in live]

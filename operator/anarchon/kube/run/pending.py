@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from ...engine import RunFailed, RunState
 from ...engine.durations import format_duration
-from ..pods import PodFate, PodView, Waiting, delete_pod, pending_for_s, waiting_of
-from . import record
+from . import runstatus
 from .held import Held
+from .pods import PodFate, PodView, Waiting, delete_pod, pending_for_s, waiting_of
 
 
 async def pending(held: Held, view: PodView, shown: str | None) -> tuple[str | None, float | None]:
@@ -24,12 +24,14 @@ async def pending(held: Held, view: PodView, shown: str | None) -> tuple[str | N
     waiting = waiting_of(view.body) if view.fate is PodFate.LIVE else None
     if waiting is not None and waiting.reason != shown:
         message = f"Pod {view.name} is Pending: {waiting.reason}: {waiting.message}"
-        await held.write(lambda s: record.pod_pending(s, attempt=ctx.attempt, reason=waiting.reason, message=message))
-        await held.events.about(spec, reason=record.POD_PENDING, warning=True, message=f"run {name}: {message}")
+        await held.write(
+            lambda s: runstatus.pod_pending(s, attempt=ctx.attempt, reason=waiting.reason, message=message)
+        )
+        await held.events.about(spec, reason=runstatus.POD_PENDING, warning=True, message=f"run {name}: {message}")
         shown = waiting.reason
     elif waiting is None and shown is not None and view.fate is PodFate.LIVE:
         started = f"Pod {view.name}: {view.message}"
-        await held.write(lambda s: record.pod_started(s, attempt=ctx.attempt, message=started))
+        await held.write(lambda s: runstatus.pod_started(s, attempt=ctx.attempt, message=started))
         shown = None
     bound_ms = spec.pending_timeout_ms
     pending_s = pending_for_s(view.body, datetime.now(UTC)) if view.fate is PodFate.LIVE else None
@@ -53,6 +55,6 @@ async def _pending_timeout(held: Held, view: PodView, waiting: Waiting | None) -
     bound = format_duration(spec.pending_timeout_ms or 0)
     why = f": {waiting.reason}: {waiting.message}" if waiting is not None else ""
     message = f"Pod {view.name} stayed Pending longer than pendingTimeout ({bound}){why}"
-    await held.end(RunState.FAILED, message, final=True, reason=record.PENDING_TIMEOUT)
-    await held.events.about(spec, reason=record.PENDING_TIMEOUT, warning=True, message=f"run {held.name}: {message}")
+    await held.end(RunState.FAILED, message, final=True, reason=runstatus.PENDING_TIMEOUT)
+    await held.events.about(spec, reason=runstatus.PENDING_TIMEOUT, warning=True, message=f"run {held.name}: {message}")
     raise RunFailed(message)

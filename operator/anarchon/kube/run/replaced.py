@@ -1,7 +1,7 @@
 """Ending a run the store ended while its Pod may live: its live Pods go, then its object says how it ended.
 
 A replaced run (overlap Replace) is ended so by its own runner when the store tells it it was
-replaced, by the newer run's winner (:mod:`.overlap`), and by mending (:mod:`..mend`) when
+replaced, by the newer run's winner (:mod:`.overlap`), and by mending (:mod:`.mend`) when
 both died half-way; a run the store gave up (:data:`~anarchon.engine.limits.MAX_TAKEOVERS`
 takeovers) by the backup that found no attempt left, or by mending. So it is safe to repeat,
 and to run on several replicas at once. No run says Interrupted while its Pod runs on.
@@ -10,9 +10,9 @@ and to run on several replicas at once. No run says Interrupted while its Pod ru
 from __future__ import annotations
 
 from ...engine import RunState
-from ..client import Kube
-from ..pods import PodFate, PodView, delete_pod, fate_of, pods_of_run, read_pod, try_of
-from . import record
+from ..api.client import Kube
+from . import record, runstatus
+from .pods import PodFate, PodView, delete_pod, fate_of, pods_of_run, read_pod, try_of
 
 #: What a run's object says when its own runner ends it for a newer run.
 REPLACED_BY_NEWER = "replaced by a newer run (overlap Replace)"
@@ -36,15 +36,15 @@ async def end_replaced(
         last = await _stop_pod(kube, namespace, pod)
     tried = 0 if last is None else try_of(last.body or {})
 
-    def change(s: record.Status) -> record.Status | None:
+    def change(s: runstatus.Status) -> runstatus.Status | None:
         # An earlier try's failed Pod is not the run's outcome: a run replaced while it waited
         # out a backoff (its next try had no Pod yet) was interrupted, not failed.
-        run = record.RunStatus.of(s)
+        run = runstatus.RunStatus.of(s)
         if last is None or tried < run.current_try:
-            return record.interrupted(s, message=message)
+            return runstatus.interrupted(s, message=message)
         why = f"{last.message} (then {then})"
         outcome = RunState.SUCCEEDED if last.fate is PodFate.SUCCEEDED else RunState.FAILED
-        return record.end_attempt(s, attempt=run.attempt or 1, outcome=outcome, message=why, final=True)
+        return runstatus.end_attempt(s, attempt=run.attempt or 1, outcome=outcome, message=why, final=True)
 
     # Whatever attempt wrote last: the store has already ended the run.
     await record.update_status(kube, namespace, name, 10**6, change)

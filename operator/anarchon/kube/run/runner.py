@@ -44,17 +44,17 @@ from typing import Any
 
 from ...engine import Overlap, RunCancelled, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped, RunState
 from ...engine.attempt import SHUTDOWN
-from ..client import ApiException, Kube, in_background, transient
-from ..events import EventPoster
-from ..pods import PodFate
-from ..podwatch import PodWatch, interest_in
-from ..spec import JobSpec, pod_name, run_name
-from ..watching import uid_of
-from . import record
+from ..api.client import ApiException, Kube, in_background, transient
+from ..api.watching import uid_of
+from ..job.spec import JobSpec, pod_name, run_name
+from ..report.kube_events import EventPoster
+from . import record, runstatus
 from .cache import CancelWake
 from .follow import follow, past_timeout
 from .held import Held, Wiring
 from .overlap import overlap_in_kubernetes, replace
+from .pods import PodFate
+from .podwatch import PodWatch, interest_in
 from .tries import adopt_or_launch, current_try, retry_after
 
 log = logging.getLogger("anarchon.kube.run.runner")
@@ -133,11 +133,11 @@ class PodRunner:
             run = await record.ensure_run(self.wiring.kube, spec, ctx.slot, cause)
             held = Held(self.wiring, ctx, spec, name, wake, record.InHand(run))
             held.noted(run)
-            status: record.Status = dict(run.get("status") or {})
+            status: runstatus.Status = dict(run.get("status") or {})
             await _number_after_record(held, status)
             if ctx.previous is not None:
                 self._took_over(held)
-            if record.ended(status):
+            if runstatus.ended(status):
                 _end_as_recorded(ctx, status)
                 return
             await self._attempt_with(held, uid_of(run), status)
@@ -158,23 +158,23 @@ class PodRunner:
         """The run's cancel while the attempt runs: the run cache's, or one only the run's own reads set."""
         return contextlib.nullcontext(CancelWake()) if self.cancels is None else self.cancels(namespace, name)
 
-    async def _attempt_with(self, held: Held, run_uid: str, status: record.Status) -> None:
+    async def _attempt_with(self, held: Held, run_uid: str, status: runstatus.Status) -> None:
         ctx, spec, name = held.ctx, held.spec, held.name
         for old in ctx.replaced:
             await replace(held, run_name(spec.name, old.slot))
         if not status and spec.options.overlap in (Overlap.SKIP, Overlap.REPLACE):
             await overlap_in_kubernetes(held)
         try_number, existing = await current_try(held, status)
-        next_try_at = record.next_try_time(status, try_number)
+        next_try_at = runstatus.next_try_time(status, try_number)
         if not any(v.fate is not PodFate.LOST for v in existing):  # nothing to adopt: this attempt launches
             if held.wake.is_set():
                 await held.cancelled()  # before its Pod, or after it was stopped
-            if record.try_past_deadline(status, try_number, spec.timeout_ms, datetime.now(UTC)):
+            if runstatus.try_past_deadline(status, try_number, spec.timeout_ms, datetime.now(UTC)):
                 # Its Pod was deleted for its deadline by a runner that did not live to record it.
-                await held.fail(past_timeout(held), record.DEADLINE_EXCEEDED)
+                await held.fail(past_timeout(held), runstatus.DEADLINE_EXCEEDED)
             # maxAttempts bounds launches of the workload: a takeover that adopts the live Pod is free.
             if (
-                launched := record.launches_before(status, ctx.attempt, pod_name(name, try_number))
+                launched := runstatus.launches_before(status, ctx.attempt, pod_name(name, try_number))
             ) >= spec.max_attempts:
                 await _give_up(held, status, launched)
         while True:
@@ -206,17 +206,17 @@ class PodRunner:
                 log.warning("status refresh of %s failed: %s", spec.engine_name, exc)
 
 
-async def _give_up(held: Held, status: record.Status, launched: int) -> None:
+async def _give_up(held: Held, status: runstatus.Status, launched: int) -> None:
     """The run's Pod is lost and was launched as often as maxAttempts allows: the run ends Interrupted."""
     spec = held.spec
-    why = record.RunStatus.of(status).message or "its Pod was lost"
+    why = runstatus.RunStatus.of(status).message or "its Pod was lost"
     message = f"gave up: its Pod was launched {launched} times (maxAttempts {spec.max_attempts}): {why}"
     await held.end(RunState.INTERRUPTED, message, final=True)
     await held.events.about(spec, reason="RunInterrupted", warning=True, message=f"run {held.name}: {message}")
     raise RunGivenUp(message)
 
 
-async def _number_after_record(held: Held, status: record.Status) -> None:
+async def _number_after_record(held: Held, status: runstatus.Status) -> None:
     """Number the attempt after the last one the run's object records, if the store counts fewer.
 
     Only a store that lost its state counts fewer (it numbers a run it claims again from 1): a
@@ -225,7 +225,7 @@ async def _number_after_record(held: Held, status: record.Status) -> None:
     Running for ever.
     """
     ctx = held.ctx
-    recorded = record.RunStatus.of(status).attempt or 0
+    recorded = runstatus.RunStatus.of(status).attempt or 0
     if recorded < ctx.attempt:
         return
     await held.confirm()
@@ -240,10 +240,10 @@ async def _number_after_record(held: Held, status: record.Status) -> None:
     ctx.continue_after(recorded)
 
 
-def _end_as_recorded(ctx: RunContext, status: record.Status) -> None:
+def _end_as_recorded(ctx: RunContext, status: runstatus.Status) -> None:
     """The run's object says how the run ended, and the store still has it open (it lost the
     end, or claimed the run anew): the store ends it the same way. Returns for Succeeded."""
-    run = record.RunStatus.of(status)
+    run = runstatus.RunStatus.of(status)
     phase, message = run.phase, run.message or ""
     log.warning("%s@%s: the run's object says %s; the store had it open", ctx.job, ctx.slot, phase)
     if phase is RunState.FAILED:

@@ -17,17 +17,17 @@ from datetime import UTC, datetime, timedelta
 from ...engine import RunInterrupted
 from ...engine.attempt import ENDED, REPLACED, SHUTDOWN
 from ...engine.durations import format_duration
-from ..pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod, try_of
-from ..podwatch import interest_in
-from ..spec import pod_name
-from . import record
+from ..job.spec import pod_name
+from . import runstatus
 from .held import Held
+from .pods import PodFate, PodView, build_pod, create_pod, delete_pod, fate_of, pods_of_run, read_pod, try_of
+from .podwatch import interest_in
 from .replaced import REPLACED_BY_NEWER, end_replaced
 
 log = logging.getLogger("anarchon.kube.run.tries")
 
 
-async def current_try(held: Held, status: record.Status) -> tuple[int, list[PodView]]:
+async def current_try(held: Held, status: runstatus.Status) -> tuple[int, list[PodView]]:
     """The try this attempt takes up, and that try's Pods.
 
     The run's status says which try is current (written before a retry's Pod is
@@ -48,7 +48,7 @@ async def current_try(held: Held, status: record.Status) -> tuple[int, list[PodV
         pod = await read_pod(held.kube, namespace, pod_name(held.name))
         return 1, [] if pod is None else [fate_of(pod)]
     pods = await pods_of_run(held.kube, namespace, held.name)
-    current = max([record.RunStatus.of(status).current_try, *(try_of(p) for p in pods)])
+    current = max([runstatus.RunStatus.of(status).current_try, *(try_of(p) for p in pods)])
     return current, [fate_of(p) for p in pods if try_of(p) == current]
 
 
@@ -125,7 +125,9 @@ async def retry_after(held: Held, try_number: int, view: PodView) -> datetime:
     at = at.replace(microsecond=0) + timedelta(seconds=1 if at.microsecond else 0)
     following = pod_name(name, try_number + 1)
     await held.write(
-        lambda s: record.try_failed(s, try_number=try_number, message=view.message, next_try_at=at, next_pod=following)
+        lambda s: runstatus.try_failed(
+            s, try_number=try_number, message=view.message, next_try_at=at, next_pod=following
+        )
     )
     await held.events.about(
         spec,
@@ -200,10 +202,10 @@ async def _start_attempt(held: Held, pod: str, try_number: int, *, adopted: bool
     ctx = held.ctx
     try:
         await held.write(
-            lambda s: record.start_attempt(
+            lambda s: runstatus.start_attempt(
                 s, attempt=ctx.attempt, instance=ctx.instance, pod=pod, try_number=try_number, adopted=adopted
             )
         )
-    except record.RunEnded as exc:
+    except runstatus.RunEnded as exc:
         # Replaced or given up while this attempt was held up: nothing to launch or follow.
         raise RunInterrupted(f"attempt {ctx.attempt}: {exc}") from None

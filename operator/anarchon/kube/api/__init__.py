@@ -1,0 +1,1 @@
+"""Talking to the API server: the client, credentials, and the list-then-watch loop."""

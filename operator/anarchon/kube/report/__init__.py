@@ -1,0 +1,1 @@
+"""What the operator tells people: Kubernetes Events, metrics, health."""
