@@ -13,6 +13,7 @@ from .backend import (
     LeaseBackend,
     LeaseStore,
     PresenceStore,
+    SharedSpecStore,
     Store,
     TakeoverRequest,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "SharedSpecStore",
     "Store",
     "StoreError",
     "StoreLostState",
