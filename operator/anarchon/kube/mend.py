@@ -40,7 +40,7 @@ from .client import Kube
 from .pods import pods_of_run
 from .run import record
 from .run.replaced import end_replaced
-from .spec import JobSpec, engine_key, run_name
+from .spec import JobSpec, run_name
 
 log = logging.getLogger("anarchon.kube.mend")
 
@@ -54,7 +54,7 @@ def open_run(item: dict[str, Any]) -> bool:
 async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
     """Close the open objects among ``items`` whose run the store ended a while ago; their names."""
     backend = scheduler.backend
-    key = engine_key(spec.namespace, spec.name, spec.uid)
+    key = spec.key
     loop = scheduler.jobs.get(key)
     if not isinstance(backend, LeaseBackend) or loop is None:
         return []  # a claim-only store ends nothing on its own; a job we do not run is not ours to mend
@@ -113,7 +113,7 @@ async def mend_missing(
     watch saw it go): such a run was not lost, and is left gone.
     """
     backend = scheduler.backend
-    key = engine_key(spec.namespace, spec.name, spec.uid)
+    key = spec.key
     loop = scheduler.jobs.get(key)
     if not isinstance(backend, LeaseBackend) or loop is None or not items:
         return []
