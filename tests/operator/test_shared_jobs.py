@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness.cli import ok_json, run_cli
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.controlplane import fresh_namespace
 from tests.harness.until import until
@@ -62,11 +63,17 @@ def _runs(side: Side) -> list[dict[str, Any]]:
     return side.cluster.runs(JOB)
 
 
+def _ran_here(run: dict[str, Any]) -> bool:
+    """The run ran in the cluster whose object this is: neither a light run of another nor a Skipped slot."""
+    status = run.get("status") or {}
+    return status.get("phase") not in (None, "Skipped") and not status.get("cluster")
+
+
 def _shared_job(**spec: Any) -> dict[str, Any]:
     return job_manifest(JOB, every="1s", sharedName=SHARED, successfulRunsHistoryLimit=100, **spec)
 
 
-def test_each_slot_runs_once_across_the_clusters_and_a_mismatch_stops_the_one_that_differs(
+def test_each_slot_runs_once_shows_everywhere_and_a_mismatch_stops_the_side_that_differs(
     sides: tuple[Side, Side],
 ) -> None:
     east, west = sides
@@ -77,16 +84,40 @@ def test_each_slot_runs_once_across_the_clusters_and_a_mismatch_stops_the_one_th
         return sum((r.get("status") or {}).get("phase") == "Succeeded" for s in sides for r in _runs(s))
 
     until("8 runs succeeded across the clusters", lambda: succeeded() >= 8, timeout=90)
-    slots: dict[int, str] = {}
+    ran: dict[int, str] = {}  # slot -> the cluster whose runner ran it (its object has no status.cluster)
     for side in sides:
-        for run in _runs(side):
-            if (run.get("status") or {}).get("phase") in (None, "Skipped"):
-                continue  # a Skipped slot is written wherever its claim was told so
+        for run in filter(_ran_here, _runs(side)):  # a Skipped slot is written wherever its claim was told so
             slot = int(run["spec"]["slot"])
-            assert slot not in slots, f"slot {slot} ran in {slots[slot]} and in {side.name}"
-            slots[slot] = side.name
-            instance = (run.get("status") or {}).get("instance") or ""
-            assert instance.startswith(f"{side.name}/"), (side.name, instance)
+            assert slot not in ran, f"slot {slot} ran in {ran[slot]} and in {side.name}"
+            ran[slot] = side.name
+            assert run["status"]["instance"].startswith(f"{side.name}/"), (side.name, run["status"])
+
+    # Where a slot ran shows in the other cluster: a light run naming that cluster, no Pod, its outcome.
+    done = sorted(ran)[:-2]
+    for slot in done:
+        where = ran[slot]
+        other = west if where == "east" else east
+        name = f"{JOB}-{slot // 1000}"
+
+        def light(other: Side = other, name: str = name) -> dict[str, Any] | None:
+            run = other.cluster.get("anarchonrun", name)
+            phase = ((run or {}).get("status") or {}).get("phase")
+            return run if phase == "Succeeded" else None
+
+        run = until(f"{name} to show in {other.name} as Succeeded", light, timeout=30)
+        assert run["status"]["cluster"] == where and run["metadata"]["labels"]["anarchon.io/cluster"] == where
+        assert run["status"]["instance"].startswith(f"{where}/") and "podName" not in run["status"], run["status"]
+        assert not other.cluster.pods(f"anarchon.io/run={name}"), f"{name} has a Pod in {other.name}"
+    assert {ran[slot] for slot in done} == {"east", "west"}, "one cluster ran every slot"
+    slot = done[0]
+    other = west if ran[slot] == "east" else east
+    why = ok_json(
+        run_cli(
+            "why", JOB, "--slot", str(slot), "-o", "json",
+            "-n", other.cluster.namespace, "--kubeconfig", str(other.cluster.cp.kubeconfig),
+        )
+    )  # fmt: skip
+    assert why[0]["cluster"] == ran[slot] and f"ran in cluster {ran[slot]}" in why[0]["why"], why
 
     # west is edited alone: both clusters say so, and west (the later) stops starting runs.
     west.cluster.kubectl("patch", "anarchonjob", JOB, "--type=merge", "-p", '{"spec":{"every":"2s"}}')
@@ -106,7 +137,7 @@ def test_each_slot_runs_once_across_the_clusters_and_a_mismatch_stops_the_one_th
         lambda: len([r for r in _runs(east) if int(r["spec"]["slot"]) > stopped_ms]) >= 3,
         timeout=60,
     )
-    late = [r["metadata"]["name"] for r in _runs(west) if int(r["spec"]["slot"]) > stopped_ms]
+    late = [r["metadata"]["name"] for r in _runs(west) if int(r["spec"]["slot"]) > stopped_ms and _ran_here(r)]
     assert not late, f"west started runs while its spec disagreed: {late}"
 
     # west agrees again: both say Ready, and the slots are shared again.

@@ -17,12 +17,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..engine import ConfigError, HistoryStore, Job, RunContext, Scheduler
+from ..engine import ConfigError, HistoryStore, Job, LeaseBackend, RunContext, Scheduler
 from ..engine.errors import StoreError
 from .client import Kube, background
+from .elsewhere import mirror_elsewhere
 from .events import EventPoster
 from .metrics import Metrics, job_times
 from .podwatch import PodWatch
+from .run import record
 from .run.cache import RunCache
 from .run.runner import PodRunner
 from .served import ServedJobs
@@ -61,6 +63,7 @@ class JobController:
         self.shared = shared or SharedSpecs(scheduler.backend, None, scheduler.clock.now_ms, every_s=resync_s)
         self.shared.specs = lambda: list(self.specs.values())
         self.shared.on_change = self._shared_changed
+        self.shared.each = self._show_elsewhere
         self.specs: dict[str, JobSpec] = {}
         #: Each valid job's store key, by the object's uid (a shared job's is not derived from it).
         self._keys: dict[str, str] = {}
@@ -176,6 +179,28 @@ class JobController:
         verdict = self.shared.verdict(spec.key) if spec.shared_name else None
         options = replace(spec.options, suspend=True) if verdict is not None and verdict.waits else spec.options
         return Job(spec.key, spec.schedule, self._runner(spec.key), options)
+
+    async def _show_elsewhere(self, spec: JobSpec) -> None:
+        """The runs of the shared job that ran in other clusters get their light objects here (:mod:`.elsewhere`)."""
+        backend, here, cache = self.scheduler.backend, self.shared.cluster, self.run_cache
+        if not isinstance(backend, LeaseBackend) or here is None or self.specs.get(spec.key) is not spec:
+            return
+        cached = None if cache is None else cache.runs_of(spec.namespace, spec.name)
+        with background():
+            items = cached if cached is not None else await record.list_runs(self.kube, spec.namespace, spec.name)
+            look_back_ms = round(3 * self.shared.every_s * 1000) + spec.options.effective_lease_ms
+            written = await mirror_elsewhere(
+                self.kube,
+                backend,
+                spec,
+                here,
+                items,
+                now_ms=self.scheduler.clock.now_ms(),
+                look_back_ms=look_back_ms,
+                deleted=lambda ns, name: cache is not None and cache.deleted(ns, name),
+            )
+        if written:
+            await self.status.refresh_soon(spec)
 
     async def _shared_changed(self, spec: JobSpec, verdict: Verdict) -> None:
         """The clusters sharing the job came to agree or to disagree: claims resume or stop, and Ready says why."""

@@ -104,6 +104,7 @@ class SharedSpecs:
         every_s: float,
         specs: Callable[[], Iterable[JobSpec]] = lambda: (),
         on_change: Callable[[JobSpec, Verdict], Awaitable[None]] | None = None,
+        each: Callable[[JobSpec], Awaitable[None]] | None = None,
     ) -> None:
         self.backend = backend
         self.cluster = cluster
@@ -111,6 +112,8 @@ class SharedSpecs:
         self.every_s = every_s
         self.specs = specs
         self.on_change = on_change
+        #: What else is done for each shared job at each check (show the other clusters' runs: :mod:`.elsewhere`).
+        self.each = each
         self._verdicts: dict[str, Verdict] = {}
         self._periodic = Periodic("anarchon-shared-specs", every_s, self._checked)
 
@@ -173,16 +176,18 @@ class SharedSpecs:
         await self._periodic.stop()
 
     async def check(self) -> None:
-        """One pass: note every shared job again; a changed verdict goes to ``on_change``."""
+        """One pass: note every shared job again; a changed verdict goes to ``on_change``, then ``each``."""
         for spec in list(self.specs()):
             if not spec.shared_name:
                 continue
             new, changed = await self.note(spec)
             if changed and self.on_change is not None:
                 await self.on_change(spec, new)
+            if self.each is not None:
+                await self.each(spec)
 
     async def _checked(self) -> None:
         try:
             await self.check()
-        except Exception:
-            log.exception("noting the shared jobs' specs failed")
+        except Exception as exc:
+            log.warning("noting the shared jobs' specs, or showing the other clusters' runs, failed: %s", exc)

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ...engine import Cause, RunState
+from ...engine import Cause, Run, RunState
 from ..client import ApiException, Kube, call, path, turn
 from ..constants import (
     ANNOTATION_CANCEL,
     ANNOTATION_CANCEL_BY,
     API_VERSION,
     JOB_KIND,
+    LABEL_CLUSTER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_SLOT,
@@ -128,6 +129,8 @@ class RunStatus:
     finish_time: str | None = None
     message: str | None = None
     reason: str | None = None
+    #: The cluster the run ran in, when not this one (a shared job's: :func:`elsewhere`).
+    cluster: str | None = None
     conditions: list[RunCondition] = field(default_factory=list)
     attempts: list[RunAttempt] = field(default_factory=list)
     tries: list[RunTry] = field(default_factory=list)
@@ -148,6 +151,7 @@ class RunStatus:
             finish_time=_str(s.get("finishTime")),
             message=_str(s.get("message")),
             reason=_str(s.get("reason")),
+            cluster=_str(s.get("cluster")),
             conditions=[
                 RunCondition(
                     str(c.get("type") or ""),
@@ -207,6 +211,7 @@ class RunStatus:
                 "finishTime": self.finish_time,
                 "message": self.message,
                 "reason": self.reason,
+                "cluster": self.cluster,
                 "conditions": [_kept(c) for c in conditions] or None,
                 "attempts": [_kept(a) for a in attempts] or None,
                 "tries": [_kept(t) for t in tries] or None,
@@ -460,6 +465,39 @@ def interrupted(status: Status, *, message: str) -> Status | None:
     return run.wire()
 
 
+def elsewhere(status: Status, *, run: Run, cluster: str) -> Status | None:
+    """The run of a shared job ran in another ``cluster``: its status is the store's record of it.
+
+    Its attempts are the record's; it has no Pod or try here. None when the status says so already.
+    """
+    old = RunStatus.of(status)
+    new = RunStatus(
+        phase=RunState.RUNNING if run.state is RunState.CLAIMED else run.state,
+        attempt=run.attempt,
+        instance=run.instance,
+        cluster=cluster,
+        start_time=rfc3339(_at(run.created_ms)),
+        finish_time=None if run.state.active else rfc3339(_at(run.updated_ms)),
+        message=run.error or (None if run.state.active else f"ran in cluster {cluster}"),
+        attempts=[
+            RunAttempt(
+                a.attempt,
+                a.instance,
+                start_time=rfc3339(_at(a.started_ms)),
+                finish_time=None if a.ended_ms is None else rfc3339(_at(a.ended_ms)),
+                outcome=a.outcome,
+                message=a.error,
+            )
+            for a in run.attempts
+        ],
+    )
+    return None if new.wire() == old.wire() else new.wire()
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
 def _close_open_attempts(attempts: list[RunAttempt], now: str) -> None:
     """Earlier attempts still open (their runner died or handed over) ended Interrupted: a later one took over."""
     for previous in attempts:
@@ -495,15 +533,19 @@ def cause_guess(spec: JobSpec, slot: int) -> Cause:
     return Cause.SCHEDULE if spec.schedule.next_after(slot - 1) == slot else Cause.MANUAL
 
 
-def run_body(spec: JobSpec, job_uid: str, slot: int, cause: Cause) -> dict[str, Any]:
+def run_body(spec: JobSpec, job_uid: str, slot: int, cause: Cause, *, cluster: str | None = None) -> dict[str, Any]:
+    """The run's object as first created; ``cluster``: a shared job's run that ran there, not here."""
     name = run_name(spec.name, slot)
+    labels = {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), LABEL_MANAGED_BY: MANAGED_BY}
+    if cluster is not None:
+        labels[LABEL_CLUSTER] = cluster
     return {
         "apiVersion": API_VERSION,
         "kind": RUN_KIND,
         "metadata": {
             "name": name,
             "namespace": spec.namespace,
-            "labels": {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), LABEL_MANAGED_BY: MANAGED_BY},
+            "labels": labels,
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
@@ -542,12 +584,14 @@ def ran_at(run: Mapping[str, Any]) -> tuple[str, int]:
     return str(when), int((run.get("spec") or {}).get("slot") or 0)
 
 
-async def ensure_run(kube: Kube, spec: JobSpec, slot: int, cause: Cause) -> dict[str, Any]:
+async def ensure_run(
+    kube: Kube, spec: JobSpec, slot: int, cause: Cause, *, cluster: str | None = None
+) -> dict[str, Any]:
     """Create the run's object, or return the existing one (every replica may try).
 
     Safe to retry: a create whose reply was lost is found again by the 409 of the next try.
     """
-    body = run_body(spec, spec.uid, slot, cause)
+    body = run_body(spec, spec.uid, slot, cause, cluster=cluster)
     name = body["metadata"]["name"]
     try:
         created = await call(

@@ -1,0 +1,82 @@
+"""The runs of a shared job that ran in another cluster, shown here too: a light AnarchonRun each.
+
+A job shared between clusters (``spec.sharedName``) runs each slot in one cluster only: there
+its runner writes the AnarchonRun and launches the Pod. Every other cluster shows the run too,
+so that ``kubectl get anarchonruns``, the CLI and the job's status tell the whole history
+wherever one looks: an AnarchonRun labelled ``anarchon.io/cluster=<where it ran>`` whose status
+names that cluster (``status.cluster``) and follows the store's record of the run (phase,
+attempts, instance, message: :func:`.run.record.elsewhere`). It has no Pod, and no runner here:
+its phase moves when the record does, at this replica's next look.
+
+Each replica looks at its shared jobs' newest store records at every check of the shared specs
+(:mod:`.shared`), so a run shows here within about a check of its start and of its end. The
+guards are those of mending runs without an object (:mod:`.mend`): a run the watch saw deleted
+(by hand, or by the history limits) stays gone, and so does one the limits would delete at
+once or older than every object of the job. A run this cluster ran (its object has no
+``status.cluster``) is never touched here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from itertools import islice
+from typing import Any
+
+from ..engine import LeaseBackend, Run, RunState
+from ..engine.schedule import slots_between
+from .client import Kube
+from .mend import MISSING_LOOK_EXTRA, MISSING_LOOK_MAX, elsewhere_of, past_limits
+from .run import record
+from .spec import JobSpec, run_name
+
+log = logging.getLogger("anarchon.kube.elsewhere")
+
+
+async def mirror_elsewhere(
+    kube: Kube,
+    backend: LeaseBackend,
+    spec: JobSpec,
+    here: str,
+    items: Sequence[dict[str, Any]],
+    *,
+    now_ms: int,
+    look_back_ms: int,
+    deleted: Callable[[str, str], bool] = lambda namespace, name: False,
+) -> list[str]:
+    """Write, from the store's records, the runs of ``spec``'s job that ran in other clusters; their names.
+
+    ``items`` are the job's objects here; ``look_back_ms`` how far back to look (more than the
+    time between two looks).
+    """
+    by_slot = {int(i["spec"]["slot"]): i for i in items}
+    phases = [(slot, record.RunStatus.of(i.get("status")).phase) for slot, i in by_slot.items()]
+    window = slots_between(spec.schedule, now_ms - look_back_ms, now_ms)
+    look = min(MISSING_LOOK_MAX, MISSING_LOOK_EXTRA + sum(1 for _ in islice(window, MISSING_LOOK_MAX)))
+    written = []
+    for run in await backend.history(spec.key, look):
+        there = elsewhere_of(run, here)
+        if there is None or run.state is RunState.SKIPPED:
+            continue  # ran here, or skipped (whoever is told so writes it, in every cluster)
+        name = run_name(spec.name, run.slot)
+        item = by_slot.get(run.slot)
+        if item is None:
+            if (by_slot and run.slot < min(by_slot)) or deleted(spec.namespace, name):
+                continue
+            if not run.state.active and past_limits(spec, phases, run):
+                continue
+            item = await record.ensure_run(kube, spec, run.slot, record.cause_guess(spec, run.slot), cluster=there)
+        status = record.RunStatus.of(item.get("status"))
+        if status.phase is not None and status.cluster is None:
+            continue  # this cluster's own object of the run: its runner, or mending, writes it
+        if record.elsewhere(item.get("status") or {}, run=run, cluster=there) is None:
+            continue  # says so already
+
+        def change(s: record.Status, run: Run = run, there: str = there) -> record.Status | None:
+            return record.elsewhere(s, run=run, cluster=there)
+
+        if await record.update_status(kube, spec.namespace, name, run.attempt, change):
+            written.append(name)
+    if written:
+        log.info("%s: runs of other clusters shown here: %s", spec.engine_name, ", ".join(written))
+    return written
