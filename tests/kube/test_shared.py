@@ -50,7 +50,8 @@ def test_a_bad_shared_name_is_refused_with_its_field(bad: object) -> None:
 def test_the_fingerprint_holds_what_must_agree_and_not_the_rest() -> None:
     base = fingerprint(parse_job(BODY))
     assert base == (
-        "schedule=every 10s; overlap=Skip; catchUp=None within 1h; startingDeadline=none; maxAttempts=3; lease=15s"
+        "schedule=every 10s; overlap=Skip; catchUp=None within 1h; startingDeadline=none; maxAttempts=3; lease=15s;"
+        " crossCluster=Relaunch"
     )
     for change in ({"every": "20s"}, {"overlap": "Allow"}, {"catchUp": {"policy": "All"}}, {"lease": "30s"}):
         assert fingerprint(parse_job(_body(**change))) != base, change

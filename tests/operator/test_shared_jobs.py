@@ -105,7 +105,7 @@ def test_each_slot_runs_once_shows_everywhere_and_a_mismatch_stops_the_side_that
             return run if phase == "Succeeded" else None
 
         run = until(f"{name} to show in {other.name} as Succeeded", light, timeout=30)
-        assert run["status"]["cluster"] == where and run["metadata"]["labels"]["anarchon.io/cluster"] == where
+        assert run["status"]["cluster"] == where
         assert run["status"]["instance"].startswith(f"{where}/") and "podName" not in run["status"], run["status"]
         assert not other.cluster.pods(f"anarchon.io/run={name}"), f"{name} has a Pod in {other.name}"
     assert {ran[slot] for slot in done} == {"east", "west"}, "one cluster ran every slot"
@@ -148,3 +148,77 @@ def test_each_slot_runs_once_shows_everywhere_and_a_mismatch_stops_the_side_that
             lambda side=side: (r := _ready(side)) is not None and r["status"] == "True",
             timeout=60,
         )
+
+
+def _token(side: Side, run: str) -> int:
+    """The fencing token of the run's (first try's) Pod in ``side``."""
+    pod = side.cluster.get("pod", run)
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0].get("env", [])}
+    return int(env["ANARCHON_FENCING_TOKEN"])
+
+
+def test_a_lost_cluster_run_is_relaunched_in_the_other_and_it_takes_part_again(sides: tuple[Side, Side]) -> None:
+    """east dies with a run in hand: west relaunches it (greater token) and runs the next slots;
+    east comes back, deletes its stale Pod, shows the run as west's, and no slot has run twice."""
+    east, west = sides
+    job = "relay"
+    manifest = job_manifest(
+        job,
+        every="2s",
+        sharedName="relay.billing",
+        overlap="Allow",  # slots go on while the runs last
+        successfulRunsHistoryLimit=100,
+        annotations={"anarchon.test/run-seconds": "25"},
+    )
+    for side in sides:
+        side.cluster.apply(manifest)
+
+    def running_in_east() -> dict[str, Any] | None:
+        return next((r for r in east.cluster.runs(job) if _ran_here(r) and r["status"]["phase"] == "Running"), None)
+
+    lost = until("a run of east's running", running_in_east, timeout=60)
+    east.replicas.kill("east-1")  # every replica of east: gone, its Pods live on
+    killed_ms = int(time.time() * 1000)
+    name = lost["metadata"]["name"]
+    east_token = _token(east, name)
+
+    def relaunched() -> dict[str, Any] | None:
+        run = west.cluster.get("anarchonrun", name) or {}
+        status = run.get("status") or {}
+        return run if status.get("attempt") == 2 and not status.get("cluster") and status.get("podName") else None
+
+    run = until(f"{name} relaunched in west", relaunched, timeout=60)
+    assert run["status"]["instance"] == "west/west-1", run["status"]
+    assert _token(west, name) > east_token, "the relaunch must fence the lost Pod's writes"
+    # The next slots run in west, from a lease (4 s) after the kill on.
+    until(
+        "west to run 3 slots after the kill",
+        lambda: len([r for r in west.cluster.runs(job) if _ran_here(r) and int(r["spec"]["slot"]) > killed_ms]) >= 3,
+        timeout=60,
+    )
+    first_west = min(
+        int(r["spec"]["slot"]) for r in west.cluster.runs(job) if _ran_here(r) and int(r["spec"]["slot"]) > killed_ms
+    )
+    assert first_west - killed_ms <= 4_000 + 2_000 + 3_000, "west took more than a lease and a slot to go on"
+
+    # east is back: its stale Pod goes, its object shows the run as west's; it runs slots again.
+    east.replicas.start("east-1", "--cluster-name", "east", "--store-check", CHECK)
+    back_ms = int(time.time() * 1000)
+    until(f"east's stale Pod of {name} to go", lambda: east.cluster.get("pod", name) is None, timeout=60)
+    moved = until(
+        f"east to show {name} as west's",
+        lambda: (r := east.cluster.get("anarchonrun", name)) and (r.get("status") or {}).get("cluster") == "west" and r,
+        timeout=60,
+    )
+    assert moved["status"]["attempt"] == 2, moved["status"]
+    until(
+        "east to run a slot again",
+        lambda: any(_ran_here(r) and int(r["spec"]["slot"]) > back_ms for r in east.cluster.runs(job)),
+        timeout=90,
+    )
+    ran: dict[int, str] = {}
+    for side in sides:
+        for r in filter(_ran_here, side.cluster.runs(job)):
+            slot = int(r["spec"]["slot"])
+            assert slot not in ran, f"slot {slot} runs in {ran[slot]} and in {side.name}"
+            ran[slot] = side.name

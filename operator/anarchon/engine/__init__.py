@@ -34,7 +34,19 @@ from .errors import (
 from .events import EngineListener
 from .job import Handler, Job, JobOptions, RunContext
 from .jobloop import JobLoop
-from .model import Attempt, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token, token_hash
+from .model import (
+    Attempt,
+    CatchUp,
+    Cause,
+    ClaimOutcome,
+    ClaimResult,
+    CrossCluster,
+    Overlap,
+    Run,
+    RunState,
+    new_token,
+    token_hash,
+)
 from .observed import StoreObserver, observed
 from .schedule import Cron, Every, Schedule, cron, every, slots_between
 from .scheduler import Scheduler, default_instance_id, job_options
@@ -53,6 +65,7 @@ __all__ = [
     "Clock",
     "ConfigError",
     "Cron",
+    "CrossCluster",
     "EngineListener",
     "Every",
     "Handler",

@@ -30,9 +30,21 @@ from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .lag import LoopLag
 from .limits import MAX_SLOT_MS, MIN_SLOT_MS
 from .logcontext import RunFields, attempt_running
-from .model import HANDED_OVER, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
+from .model import (
+    HANDED_OVER,
+    CatchUp,
+    Cause,
+    ClaimOutcome,
+    ClaimResult,
+    CrossCluster,
+    Overlap,
+    Run,
+    RunState,
+    new_token,
+)
 from .retry import Backoff, retry
 from .schedule import Schedule, slots_between
+from .shared import cluster_of
 
 log = logging.getLogger("anarchon.engine.jobloop")
 T = TypeVar("T")
@@ -621,23 +633,26 @@ class JobLoop:
 
         Several instances may try at once; the store lets one win. Nothing is tried for a run
         this instance runs itself, or once it is stopping (it would hand the run straight back).
+        A run of another cluster (:mod:`.shared`) is left to that cluster's backups for one more
+        lease (they can adopt its work; we can only start it anew), then relaunched here, or given
+        up if the job says :attr:`CrossCluster.NEVER`.
         """
         assert isinstance(self.backend, LeaseStore)
         backend = self.backend
         if self._stopping or run.slot in self._running:
             return
         opts = self._opts
+        now = self.clock.now_ms()
         # An attempt handed over on shutdown did not fail: it does not use up one of the tries.
         handed_over = sum(1 for a in run.attempts if (a.error or "").startswith(HANDED_OVER))
-        request = TakeoverRequest(
-            run.job,
-            run.slot,
-            self.instance,
-            new_token(),
-            self.clock.now_ms(),
-            opts.lease_ms,
-            opts.takeover_bound + handed_over,
-        )
+        bound = opts.takeover_bound + handed_over
+        there = cluster_of(run.instance)
+        if there is not None and there != cluster_of(self.instance):
+            if now < run.lease_until_ms + opts.lease_ms:
+                return  # its own cluster's turn
+            if opts.cross_cluster is CrossCluster.NEVER:
+                bound = run.attempt  # no attempt left: the store gives the run up
+        request = TakeoverRequest(run.job, run.slot, self.instance, new_token(), now, opts.lease_ms, bound)
         try:
             result = await backend.takeover(request)
         except StoreError as exc:

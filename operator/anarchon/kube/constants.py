@@ -37,8 +37,6 @@ LABEL_TRY: Final = f"{LABEL_PREFIX}try"
 #: set at launch and moved by a runner that adopts the Pod. Each replica's Pod watch selects by
 #: it, so a replica decodes the events of its own Pods only, not of every replica's.
 LABEL_FOLLOWER: Final = f"{LABEL_PREFIX}follower"
-#: On an AnarchonRun of a shared job that ran in another cluster: that cluster (its status says it too).
-LABEL_CLUSTER: Final = f"{LABEL_PREFIX}cluster"
 #: On every AnarchonRun and Pod the operator creates, with the value :data:`MANAGED_BY`;
 #: the Pod watch selects by it.
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"

@@ -3,17 +3,24 @@
 A job shared between clusters (``spec.sharedName``) runs each slot in one cluster only: there
 its runner writes the AnarchonRun and launches the Pod. Every other cluster shows the run too,
 so that ``kubectl get anarchonruns``, the CLI and the job's status tell the whole history
-wherever one looks: an AnarchonRun labelled ``anarchon.io/cluster=<where it ran>`` whose status
-names that cluster (``status.cluster``) and follows the store's record of the run (phase,
-attempts, instance, message: :func:`.run.record.elsewhere`). It has no Pod, and no runner here:
-its phase moves when the record does, at this replica's next look.
+wherever one looks: an AnarchonRun whose status names the cluster it ran in (``status.cluster``,
+the Cluster column of ``-o wide``; no label, as a run may move: see below) and follows the
+store's record of the run (phase, attempts, instance, message: :func:`.run.record.elsewhere`).
+It has no Pod, and no runner here: its phase moves when the record does, at the next look.
 
 Each replica looks at its shared jobs' newest store records at every check of the shared specs
 (:mod:`.shared`), so a run shows here within about a check of its start and of its end. The
 guards are those of mending runs without an object (:mod:`.mend`): a run the watch saw deleted
 (by hand, or by the history limits) stays gone, and so does one the limits would delete at
-once or older than every object of the job. A run this cluster ran (its object has no
-``status.cluster``) is never touched here.
+once or older than every object of the job.
+
+A run this cluster ran (its object has no ``status.cluster``) is left to its runner and to
+mending, unless the store says a later attempt took it over in another cluster: this cluster
+was lost (every replica gone, or its API server out of their reach) for a lease and more, and
+is back. Then its Pods of the run that still live are stale (launched by an attempt fenced off
+since, with a smaller fencing token): they are deleted, and the object becomes the light run
+of the cluster that has the run now. The other way, a light run here becomes this cluster's
+own when a replica here relaunches it (:func:`.run.record.start_attempt`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from ..engine import LeaseBackend, Run, RunState
 from ..engine.schedule import slots_between
 from .client import Kube
 from .mend import MISSING_LOOK_EXTRA, MISSING_LOOK_MAX, elsewhere_of, past_limits
+from .pods import PodFate, delete_pod, fate_of, pods_of_run
 from .run import record
 from .spec import JobSpec, run_name
 
@@ -65,11 +73,18 @@ async def mirror_elsewhere(
                 continue
             if not run.state.active and past_limits(spec, phases, run):
                 continue
-            item = await record.ensure_run(kube, spec, run.slot, record.cause_guess(spec, run.slot), cluster=there)
+            item = await record.ensure_run(kube, spec, run.slot, record.cause_guess(spec, run.slot))
         status = record.RunStatus.of(item.get("status"))
         if status.phase is not None and status.cluster is None:
-            continue  # this cluster's own object of the run: its runner, or mending, writes it
-        if record.elsewhere(item.get("status") or {}, run=run, cluster=there) is None:
+            if (status.attempt or 0) >= run.attempt:
+                continue  # this cluster's own object of the run: its runner, or mending, writes it
+            # The run moved: it was relaunched in another cluster while this one was lost. Its Pods
+            # here were launched by an attempt fenced off since (a smaller fencing token): they go.
+            for pod in await pods_of_run(kube, spec.namespace, name):
+                if fate_of(pod).fate is PodFate.LIVE:
+                    log.warning("%s: relaunched in cluster %s: deleting its stale Pod here", name, there)
+                    await delete_pod(kube, spec.namespace, pod["metadata"]["name"])
+        elif record.elsewhere(item.get("status") or {}, run=run, cluster=there) is None:
             continue  # says so already
 
         def change(s: record.Status, run: Run = run, there: str = there) -> record.Status | None:

@@ -3,7 +3,8 @@
 The AnarchonJobs of one sharedName in several clusters are one job in the store (its key is the
 shared name alone: :func:`.spec.engine_key`), claimed by the replicas of every cluster. So what
 decides which slots exist and how a run is claimed and relaunched must be the same everywhere:
-the fields of :func:`fingerprint`. The rest may differ per cluster (the Pod template, say an
+the fields of :func:`fingerprint` (crossCluster among them: whether a lost cluster's run is
+relaunched is decided by the other clusters' backups). The rest may differ per cluster (the Pod template, say an
 image from a regional registry; suspend, to take one cluster out; timeouts, retries, history
 limits, jitter).
 
@@ -49,6 +50,7 @@ def fingerprint(spec: JobSpec) -> str:
         "startingDeadline": "none" if opts.starting_deadline_ms is None else format_duration(opts.starting_deadline_ms),
         "maxAttempts": str(spec.max_attempts),
         "lease": format_duration(opts.effective_lease_ms),
+        "crossCluster": str(opts.cross_cluster),
     }
     return "; ".join(f"{k}={v}" for k, v in parts.items())
 

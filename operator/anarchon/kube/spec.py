@@ -42,7 +42,7 @@ from anarchon.engine.limits import (
     MIN_STARTING_DEADLINE_OVER_JITTER_MS,
     MIN_TIMEOUT_MS,
 )
-from anarchon.engine.model import CatchUp, Overlap
+from anarchon.engine.model import CatchUp, CrossCluster, Overlap
 from anarchon.engine.schedule import Cron, Schedule, cron, every
 from anarchon.engine.tries import NO_RETRIES, Retries
 from anarchon.kube.constants import LABEL_PREFIX
@@ -90,6 +90,7 @@ CRD_DEFAULTS: Final[Mapping[str, Any]] = {
     "jitter": "1s",
     "heartbeat": "5s",
     "overlap": "Skip",
+    "crossCluster": "Relaunch",
     "catchUp.policy": "None",
     "catchUp.window": "1h",
     "retries.backoff": "10s",
@@ -105,7 +106,7 @@ _CRON_RE = re.compile(CRON_PATTERN)
 _TIME_ZONE_RE = re.compile(TIME_ZONE_PATTERN)
 _SHARED_NAME_RE = re.compile(SHARED_NAME_PATTERN)
 
-_E = TypeVar("_E", Overlap, CatchUp)
+_E = TypeVar("_E", Overlap, CatchUp, CrossCluster)
 
 
 class SpecError(ValueError):
@@ -471,6 +472,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
             " heartbeat lets the lease run out under a live runner and a backup takes over a run that was fine",
         )
     overlap = r.enum(_default(spec, "overlap"), "spec.overlap", Overlap)
+    cross_cluster = r.enum(_default(spec, "crossCluster"), "spec.crossCluster", CrossCluster)
 
     catch_up_spec = r.mapping(spec.get("catchUp"), "spec.catchUp") or {}
     catch_up = r.enum(_default(catch_up_spec, "policy", "catchUp.policy"), "spec.catchUp.policy", CatchUp)
@@ -529,7 +531,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     assert name is not None and namespace is not None and schedule is not None and template is not None
     assert jitter is not None and heartbeat is not None and overlap is not None and catch_up is not None
     assert window is not None and max_attempts is not None and suspend is not None
-    assert successful is not None and failed is not None and retries is not None
+    assert successful is not None and failed is not None and retries is not None and cross_cluster is not None
     options = JobOptions(
         jitter_ms=jitter,
         heartbeat_ms=heartbeat,
@@ -542,6 +544,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         suspend=suspend,
         # The runner counts relaunches against maxAttempts itself: a takeover that adopts a live Pod is free.
         resumable=True,
+        cross_cluster=cross_cluster,
     )
     return JobSpec(
         namespace=namespace,

@@ -25,7 +25,6 @@ from ..constants import (
     ANNOTATION_CANCEL_BY,
     API_VERSION,
     JOB_KIND,
-    LABEL_CLUSTER,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_SLOT,
@@ -326,6 +325,7 @@ def start_attempt(
         RunAttempt(attempt, instance, adopted, not adopted, pod_name=pod, outcome=RunState.RUNNING, start_time=now)
     )
     run.phase, run.attempt, run.instance, run.pod_name, run.message = RunState.RUNNING, attempt, instance, pod, ""
+    run.cluster = None  # it runs here now (a run of another cluster relaunched here, whose cluster was lost)
     run.attempts = attempts
     run.takeovers = sum(1 for a in attempts if a.adopted)
     if run.start_time is None:
@@ -533,19 +533,15 @@ def cause_guess(spec: JobSpec, slot: int) -> Cause:
     return Cause.SCHEDULE if spec.schedule.next_after(slot - 1) == slot else Cause.MANUAL
 
 
-def run_body(spec: JobSpec, job_uid: str, slot: int, cause: Cause, *, cluster: str | None = None) -> dict[str, Any]:
-    """The run's object as first created; ``cluster``: a shared job's run that ran there, not here."""
+def run_body(spec: JobSpec, job_uid: str, slot: int, cause: Cause) -> dict[str, Any]:
     name = run_name(spec.name, slot)
-    labels = {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), LABEL_MANAGED_BY: MANAGED_BY}
-    if cluster is not None:
-        labels[LABEL_CLUSTER] = cluster
     return {
         "apiVersion": API_VERSION,
         "kind": RUN_KIND,
         "metadata": {
             "name": name,
             "namespace": spec.namespace,
-            "labels": labels,
+            "labels": {LABEL_JOB: spec.name, LABEL_SLOT: str(slot), LABEL_MANAGED_BY: MANAGED_BY},
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
@@ -584,14 +580,12 @@ def ran_at(run: Mapping[str, Any]) -> tuple[str, int]:
     return str(when), int((run.get("spec") or {}).get("slot") or 0)
 
 
-async def ensure_run(
-    kube: Kube, spec: JobSpec, slot: int, cause: Cause, *, cluster: str | None = None
-) -> dict[str, Any]:
+async def ensure_run(kube: Kube, spec: JobSpec, slot: int, cause: Cause) -> dict[str, Any]:
     """Create the run's object, or return the existing one (every replica may try).
 
     Safe to retry: a create whose reply was lost is found again by the 409 of the next try.
     """
-    body = run_body(spec, spec.uid, slot, cause, cluster=cluster)
+    body = run_body(spec, spec.uid, slot, cause)
     name = body["metadata"]["name"]
     try:
         created = await call(
