@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.engine import CrossCluster, LeaseBackend, RunContext, RunState, ScaledClock, Scheduler, every
+from anarchon.engine import Cause, CrossCluster, Job, LeaseBackend, RunContext, RunState, ScaledClock, Scheduler, every
 from anarchon.engine.backends import from_url
+from anarchon.engine.scheduler import job_options
 from tests.harness.engine import Calls, Recorder, fast_clock
 from tests.harness.until import until_async
 
@@ -108,3 +109,29 @@ async def test_with_never_it_is_given_up_not_relaunched(
     assert clock.now_ms() - died >= LEASE_MS + LEASE_MS - 1_000
     await asyncio.sleep(0.2)
     assert len(calls.calls) == 1, "relaunched in another cluster although crossCluster is Never"
+
+
+async def test_a_held_instance_claims_nothing_and_lets_the_lease_of_its_run_run_out(
+    instances: Callable[[str], Scheduler], clock: ScaledClock
+) -> None:
+    """Job.held (the operator: its API server out of reach): the other cluster gets the run and the slots."""
+    calls = Calls(clock)
+    why: list[str] = []
+
+    async def long(ctx: RunContext) -> None:
+        await clock.sleep(600_000)
+
+    east, west = instances("east/a"), instances("west/c")
+    for sched in (east, west):
+        options = job_options(jitter=0, heartbeat="1s", lease="3s")
+        held = (lambda: why[0] if why else None) if sched is east else None
+        sched.add(Job(JOB, every("1h"), calls.handler(long), options, held=held))
+        await sched.start()
+    assert (await east.trigger(JOB)).won
+    await until_async("attempt 1", lambda: len(calls.calls) == 1)
+    why.append("its API server is out of reach")
+    await until_async("attempt 2 in west", lambda: len(calls.calls) == 2, timeout=30)
+    assert calls.calls[1].instance == "west/c"
+    loop = east.jobs[JOB]
+    await loop._handle_slot(clock.now_ms(), Cause.SCHEDULE)  # a slot due now: east leaves it alone
+    assert len(calls.calls) == 2

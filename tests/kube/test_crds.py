@@ -297,6 +297,7 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("pending-timeout-zero", {"pendingTimeout": "0s"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("pending-timeout-10ms", {"pendingTimeout": "10ms"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("every-with-zone", {"timeZone": "Europe/Paris"}, "j", ["spec.timeZone must be UTC or unset with spec.every"]),
+    ("cross-cluster-sometimes", {"crossCluster": "Sometimes"}, "j", ["spec.crossCluster", "Unsupported value"]),
     ("shared-name-upper", {"sharedName": "Report"}, "j", ["spec.sharedName must be lower-case letters, digits"]),
     ("shared-name-too-long", {"sharedName": "a" * 64}, "j", ["spec.sharedName", "may not be more than 63"]),
     ("bad-zone-shape", {"every": None, "cron": "0 8 * * *", "timeZone": "Paris, France"}, "j", ["spec.timeZone"]),

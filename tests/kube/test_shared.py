@@ -13,6 +13,7 @@ import pytest
 from anarchon.engine import ConfigError
 from anarchon.engine.backends import from_url
 from anarchon.engine.shared import SharedSide
+from anarchon.kube.reach import UNREACHABLE_AFTER_S, ApiReach
 from anarchon.kube.shared import SharedSpecs, fingerprint, verdict
 from anarchon.kube.spec import SpecError, engine_key, parse_job, shared_name_of
 
@@ -84,3 +85,20 @@ def test_a_shared_job_needs_a_cluster_name_and_a_lease_store(tmp_path: Any) -> N
     claim_only = from_url("redis+script://127.0.0.1:1/0")
     with pytest.raises(ConfigError, match="needs a lease store"):
         SharedSpecs(claim_only, "east", lambda: 0, every_s=1).check_usable()
+
+
+def test_the_api_server_is_out_of_reach_after_failures_only_for_a_while() -> None:
+    now = [100.0]
+    reach = ApiReach(lambda: now[0])
+    assert reach.held() is None
+    reach.failed()
+    now[0] += UNREACHABLE_AFTER_S - 0.1
+    reach.failed()
+    assert reach.held() is None  # a blip
+    now[0] += 0.2
+    assert reach.held() == f"this replica's API server has not answered for {UNREACHABLE_AFTER_S:.0f}s"
+    reach.answered()
+    assert reach.held() is None
+    reach.failed()
+    now[0] += UNREACHABLE_AFTER_S - 0.1
+    assert reach.held() is None  # counted again from the first failure after an answer

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.faults.apiproxy import ApiFaultProxy
 from tests.harness.cli import ok_json, run_cli
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.controlplane import fresh_namespace
@@ -33,18 +34,34 @@ class Side:
     name: str
     cluster: Cluster
     replicas: Replicas
+    #: The options of its replicas (east's reach the API server through a fault proxy).
+    options: tuple[str, ...]
 
 
 @pytest.fixture(scope="module")
-def sides(crds: Any, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Side, Side]]:
+def east_api(crds: Any) -> Iterator[ApiFaultProxy]:
+    """east's API server as east's replicas reach it: stopping it cuts them off, as an outage would."""
+    with ApiFaultProxy(crds) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def sides(
+    crds: Any, redis_url: str, east_api: ApiFaultProxy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Side, Side]]:
     """east and west: a namespace each, one replica each, one Redis."""
     logs = tmp_path_factory.mktemp("shared-jobs")
     with fresh_namespace(crds, "east") as east_ns, fresh_namespace(crds, "west") as west_ns:
         made = []
-        for name, ns in (("east", east_ns), ("west", west_ns)):
-            replicas = Replicas(crds, ns, redis_url, Path(logs))
-            replicas.start(f"{name}-1", "--cluster-name", name, "--store-check", CHECK)
-            made.append(Side(name, Cluster(crds, ns), replicas))
+        for name, ns, api in (("east", east_ns, ["--kubeconfig", str(east_api.kubeconfig)]), ("west", west_ns, [])):
+            side = Side(
+                name,
+                Cluster(crds, ns),
+                Replicas(crds, ns, redis_url, Path(logs)),
+                (*api, "--cluster-name", name, "--store-check", CHECK),
+            )
+            side.replicas.start(f"{name}-1", *side.options)
+            made.append(side)
         try:
             yield made[0], made[1]
         finally:
@@ -202,7 +219,7 @@ def test_a_lost_cluster_run_is_relaunched_in_the_other_and_it_takes_part_again(s
     assert first_west - killed_ms <= 4_000 + 2_000 + 3_000, "west took more than a lease and a slot to go on"
 
     # east is back: its stale Pod goes, its object shows the run as west's; it runs slots again.
-    east.replicas.start("east-1", "--cluster-name", "east", "--store-check", CHECK)
+    east.replicas.start("east-1", *east.options)
     back_ms = int(time.time() * 1000)
     until(f"east's stale Pod of {name} to go", lambda: east.cluster.get("pod", name) is None, timeout=60)
     moved = until(
@@ -211,6 +228,51 @@ def test_a_lost_cluster_run_is_relaunched_in_the_other_and_it_takes_part_again(s
         timeout=60,
     )
     assert moved["status"]["attempt"] == 2, moved["status"]
+    until(
+        "east to run a slot again",
+        lambda: any(_ran_here(r) and int(r["spec"]["slot"]) > back_ms for r in east.cluster.runs(job)),
+        timeout=90,
+    )
+    ran: dict[int, str] = {}
+    for side in sides:
+        for r in filter(_ran_here, side.cluster.runs(job)):
+            slot = int(r["spec"]["slot"])
+            assert slot not in ran, f"slot {slot} runs in {ran[slot]} and in {side.name}"
+            ran[slot] = side.name
+
+
+def test_slots_run_in_the_other_cluster_while_one_api_server_is_out_of_reach(
+    sides: tuple[Side, Side], east_api: ApiFaultProxy
+) -> None:
+    """east's replicas live on, but their API server does not answer: west runs the slots; once it
+    answers again, east takes part again, and no slot has run in both."""
+    east, west = sides
+    job = "beacon"
+    manifest = job_manifest(
+        job, every="2s", sharedName="beacon.billing", overlap="Allow", successfulRunsHistoryLimit=100
+    )  # Allow: a run east had in hand (relaunched in west two leases later) holds no slot up
+    for side in sides:
+        side.cluster.apply(manifest)
+    until("east to run a slot", lambda: any(_ran_here(r) for r in east.cluster.runs(job)), timeout=60)
+    east_api.stop()
+    try:
+        cut_ms = int(time.time() * 1000)
+        # east's replicas hold the job back once their API server has not answered for 3 s
+        # (kube/reach.py): from a slot on, every slot runs in west, on time.
+        held_ms = cut_ms + 3_000 + 2_000
+        expected = [held_ms - held_ms % 2_000 + 2_000 * i for i in range(1, 5)]
+
+        def in_west() -> bool:
+            ran = {int(r["spec"]["slot"]) for r in west.cluster.runs(job) if _ran_here(r)}
+            return set(expected) <= ran
+
+        until(f"west to run the slots {expected}", in_west, timeout=60)
+        for r in west.cluster.runs(job):
+            if int(r["spec"]["slot"]) in expected:
+                assert r["status"]["attempt"] == 1, r["status"]  # claimed there at once, not taken over
+    finally:
+        east_api.start()
+    back_ms = int(time.time() * 1000)
     until(
         "east to run a slot again",
         lambda: any(_ran_here(r) and int(r["spec"]["slot"]) > back_ms for r in east.cluster.runs(job)),

@@ -63,8 +63,11 @@ class AttemptRunner:
         clock: Clock,
         listener: EngineListener,
         lease_until_ms: int,
+        held: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.backend = backend
+        #: While it gives a reason, no heartbeat goes out: the lease runs out for another instance (:attr:`Job.held`).
+        self.held = held
         self.handler = handler
         self.ctx = ctx
         self.options = options
@@ -380,7 +383,7 @@ class AttemptRunner:
             wait_ms = opts.heartbeat_ms
             now = self.clock.now_ms()
             try:
-                if ctx.alive:
+                if ctx.alive and self.held() is None:
                     ok = await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, opts.lease_ms)
                     if ok:
                         self._lease_until_ms = now + opts.lease_ms

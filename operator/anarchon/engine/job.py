@@ -291,6 +291,11 @@ class Job:
     schedule: Schedule
     handler: Handler
     options: JobOptions = field(default_factory=JobOptions)
+    #: Why this instance must not work on the job now (None: it may): while it says so, the
+    #: instance claims no slot of the job, takes no run of it over and lets the leases of the runs
+    #: it has run out, so that other instances (of another cluster, which can) take them. The
+    #: operator holds a shared job back while its API server is out of reach (:mod:`anarchon.kube.reach`).
+    held: Callable[[], str | None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200 or any(c.isspace() for c in self.name):

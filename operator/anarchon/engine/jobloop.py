@@ -418,6 +418,9 @@ class JobLoop:
             await self.clock.sleep(penalty)  # overloaded: let the instances on time claim it first
         if self._stopping:
             return
+        if (why := self._held()) is not None:
+            log.info("%s@%s: not claimed here (%s): left to the other instances", job.name, slot, why)
+            return
         late = self.clock.now_ms() - slot
         if opts.starting_deadline_ms is not None and late > opts.starting_deadline_ms:
             self.listener.missed(job.name, slot, f"{late} ms late, past the starting deadline")
@@ -596,7 +599,7 @@ class JobLoop:
                 await self._run_claim_only(ctx)
                 return
             runner = AttemptRunner(
-                self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms
+                self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms, self._held
             )
             self._running[run.slot] = runner
             if self._stopping:
@@ -639,7 +642,7 @@ class JobLoop:
         """
         assert isinstance(self.backend, LeaseStore)
         backend = self.backend
-        if self._stopping or run.slot in self._running:
+        if self._stopping or run.slot in self._running or self._held() is not None:
             return
         opts = self._opts
         now = self.clock.now_ms()
@@ -674,6 +677,11 @@ class JobLoop:
             self.listener.run_interrupted_final(result.run)
 
     # -- plumbing --------------------------------------------------------------------------------
+
+    def _held(self) -> str | None:
+        """Why this instance must not work on the job now (:attr:`Job.held`); None if it may."""
+        held = self._job.held
+        return None if held is None else held()
 
     def _spawn(self, coro: Awaitable[T], name: str) -> asyncio.Future[T]:
         task = asyncio.ensure_future(coro)

@@ -175,10 +175,13 @@ class JobController:
         self.status.forget(key)
 
     def _job(self, spec: JobSpec) -> Job:
-        """The engine's job of ``spec``: suspended while the clusters sharing it follow another spec."""
-        verdict = self.shared.verdict(spec.key) if spec.shared_name else None
+        """The engine's job of ``spec``. A shared job is suspended while the clusters sharing it follow
+        another spec, and held back while this replica's API server is out of reach (:mod:`.reach`)."""
+        if not spec.shared_name:
+            return Job(spec.key, spec.schedule, self._runner(spec.key), spec.options)
+        verdict = self.shared.verdict(spec.key)
         options = replace(spec.options, suspend=True) if verdict is not None and verdict.waits else spec.options
-        return Job(spec.key, spec.schedule, self._runner(spec.key), options)
+        return Job(spec.key, spec.schedule, self._runner(spec.key), options, held=self.kube.reach.held)
 
     async def _show_elsewhere(self, spec: JobSpec) -> None:
         """The runs of the shared job that ran in other clusters get their light objects here (:mod:`.elsewhere`)."""

@@ -90,7 +90,6 @@ CRD_DEFAULTS: Final[Mapping[str, Any]] = {
     "jitter": "1s",
     "heartbeat": "5s",
     "overlap": "Skip",
-    "crossCluster": "Relaunch",
     "catchUp.policy": "None",
     "catchUp.window": "1h",
     "retries.backoff": "10s",
@@ -472,7 +471,8 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
             " heartbeat lets the lease run out under a live runner and a backup takes over a run that was fine",
         )
     overlap = r.enum(_default(spec, "overlap"), "spec.overlap", Overlap)
-    cross_cluster = r.enum(_default(spec, "crossCluster"), "spec.crossCluster", CrossCluster)
+    # No CRD default: it matters to shared jobs only, and would be written into every job.
+    cross_cluster = r.enum(spec.get("crossCluster") or CrossCluster.RELAUNCH, "spec.crossCluster", CrossCluster)
 
     catch_up_spec = r.mapping(spec.get("catchUp"), "spec.catchUp") or {}
     catch_up = r.enum(_default(catch_up_spec, "policy", "catchUp.policy"), "spec.catchUp.policy", CatchUp)
