@@ -86,6 +86,18 @@ def _ran_here(run: dict[str, Any]) -> bool:
     return status.get("phase") not in (None, "Skipped") and not status.get("cluster")
 
 
+def _ran_once(sides: tuple[Side, Side], job: str) -> dict[int, str]:
+    """Each slot that ran, by the cluster whose runner ran it: one only (its instance says so too)."""
+    ran: dict[int, str] = {}
+    for side in sides:
+        for run in filter(_ran_here, side.cluster.runs(job)):
+            slot = int(run["spec"]["slot"])
+            assert slot not in ran, f"slot {slot} ran in {ran[slot]} and in {side.name}"
+            ran[slot] = side.name
+            assert run["status"]["instance"].startswith(f"{side.name}/"), (side.name, run["status"])
+    return ran
+
+
 def _shared_job(**spec: Any) -> dict[str, Any]:
     return job_manifest(JOB, every="1s", sharedName=SHARED, successfulRunsHistoryLimit=100, **spec)
 
@@ -101,13 +113,7 @@ def test_each_slot_runs_once_shows_everywhere_and_a_mismatch_stops_the_side_that
         return sum((r.get("status") or {}).get("phase") == "Succeeded" for s in sides for r in _runs(s))
 
     until("8 runs succeeded across the clusters", lambda: succeeded() >= 8, timeout=90)
-    ran: dict[int, str] = {}  # slot -> the cluster whose runner ran it (its object has no status.cluster)
-    for side in sides:
-        for run in filter(_ran_here, _runs(side)):  # a Skipped slot is written wherever its claim was told so
-            slot = int(run["spec"]["slot"])
-            assert slot not in ran, f"slot {slot} ran in {ran[slot]} and in {side.name}"
-            ran[slot] = side.name
-            assert run["status"]["instance"].startswith(f"{side.name}/"), (side.name, run["status"])
+    ran = _ran_once(sides, JOB)
 
     # Where a slot ran shows in the other cluster: a light run naming that cluster, no Pod, its outcome.
     done = sorted(ran)[:-2]
@@ -233,12 +239,7 @@ def test_a_lost_cluster_run_is_relaunched_in_the_other_and_it_takes_part_again(s
         lambda: any(_ran_here(r) and int(r["spec"]["slot"]) > back_ms for r in east.cluster.runs(job)),
         timeout=90,
     )
-    ran: dict[int, str] = {}
-    for side in sides:
-        for r in filter(_ran_here, side.cluster.runs(job)):
-            slot = int(r["spec"]["slot"])
-            assert slot not in ran, f"slot {slot} runs in {ran[slot]} and in {side.name}"
-            ran[slot] = side.name
+    _ran_once(sides, job)
 
 
 def test_slots_run_in_the_other_cluster_while_one_api_server_is_out_of_reach(
@@ -278,9 +279,4 @@ def test_slots_run_in_the_other_cluster_while_one_api_server_is_out_of_reach(
         lambda: any(_ran_here(r) and int(r["spec"]["slot"]) > back_ms for r in east.cluster.runs(job)),
         timeout=90,
     )
-    ran: dict[int, str] = {}
-    for side in sides:
-        for r in filter(_ran_here, side.cluster.runs(job)):
-            slot = int(r["spec"]["slot"])
-            assert slot not in ran, f"slot {slot} runs in {ran[slot]} and in {side.name}"
-            ran[slot] = side.name
+    _ran_once(sides, job)
