@@ -33,7 +33,7 @@ from typing import Any
 from ..engine import LeaseBackend, Run, RunState
 from ..engine.schedule import slots_between
 from .client import Kube
-from .mend import MISSING_LOOK_EXTRA, MISSING_LOOK_MAX, elsewhere_of, past_limits
+from .mend import MISSING_LOOK_EXTRA, MISSING_LOOK_MAX, elsewhere_of, open_run, past_limits
 from .pods import PodFate, delete_pod, fate_of, pods_of_run
 from .run import record
 from .spec import JobSpec, run_name
@@ -61,8 +61,17 @@ async def mirror_elsewhere(
     phases = [(slot, record.RunStatus.of(i.get("status")).phase) for slot, i in by_slot.items()]
     window = slots_between(spec.schedule, now_ms - look_back_ms, now_ms)
     look = min(MISSING_LOOK_MAX, MISSING_LOOK_EXTRA + sum(1 for _ in islice(window, MISSING_LOOK_MAX)))
+    records = await backend.history(spec.key, look)
+    # This cluster's open runs older than the look (it was away a while): did they move?
+    looked = {run.slot for run in records}
+    lease_ms = spec.options.effective_lease_ms
+    for slot, obj in by_slot.items():
+        status = record.RunStatus.of(obj.get("status"))
+        ours = status.phase is not None and status.cluster is None and open_run(obj)
+        if ours and slot not in looked and now_ms - slot >= lease_ms and (run := await backend.get_run(spec.key, slot)):
+            records.append(run)
     written = []
-    for run in await backend.history(spec.key, look):
+    for run in records:
         there = elsewhere_of(run, here)
         if there is None or run.state is RunState.SKIPPED:
             continue  # ran here, or skipped (whoever is told so writes it, in every cluster)
@@ -78,12 +87,7 @@ async def mirror_elsewhere(
         if status.phase is not None and status.cluster is None:
             if (status.attempt or 0) >= run.attempt:
                 continue  # this cluster's own object of the run: its runner, or mending, writes it
-            # The run moved: it was relaunched in another cluster while this one was lost. Its Pods
-            # here were launched by an attempt fenced off since (a smaller fencing token): they go.
-            for pod in await pods_of_run(kube, spec.namespace, name):
-                if fate_of(pod).fate is PodFate.LIVE:
-                    log.warning("%s: relaunched in cluster %s: deleting its stale Pod here", name, there)
-                    await delete_pod(kube, spec.namespace, pod["metadata"]["name"])
+            await _moved(kube, spec.namespace, name, there)
         elif record.elsewhere(item.get("status") or {}, run=run, cluster=there) is None:
             continue  # says so already
 
@@ -95,3 +99,12 @@ async def mirror_elsewhere(
     if written:
         log.info("%s: runs of other clusters shown here: %s", spec.engine_name, ", ".join(written))
     return written
+
+
+async def _moved(kube: Kube, namespace: str, name: str, there: str) -> None:
+    """The run moved: it was relaunched in cluster ``there`` while this one was lost. Its Pods here
+    were launched by an attempt fenced off since (a smaller fencing token): those still live go."""
+    for pod in await pods_of_run(kube, namespace, name):
+        if fate_of(pod).fate is PodFate.LIVE:
+            log.warning("%s: relaunched in cluster %s: deleting its stale Pod here", name, there)
+            await delete_pod(kube, namespace, pod["metadata"]["name"])

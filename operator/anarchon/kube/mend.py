@@ -79,6 +79,8 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
             continue
         if run.state.active or scheduler.clock.now_ms() - run.updated_ms < grace_ms:
             continue
+        if elsewhere_of(run, cluster_of(scheduler.instance_id)) is not None:
+            continue  # moved to another cluster (this one was lost a while): kube/elsewhere.py shows it so
         name = item["metadata"]["name"]
         await _close(kube, spec, name, run)
         mended.append(name)
