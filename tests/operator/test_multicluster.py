@@ -201,7 +201,6 @@ def test_two_clusters_share_jobs_and_survive_losing_one(sides: tuple[Side, Side]
     finally:
         east_api.start()
 
-
     # 5. no slot ran in two clusters (east shows what moved as west's), and phase = the Pod's fate
     def once() -> dict[tuple[str, int], list[tuple[str, dict[str, Any]]]] | None:
         o = _own(sides)
