@@ -30,8 +30,10 @@ seconds), API requests of the controller within the window per Pod created withi
 audit log: the user kube-controller-manager for CronJob, the replicas for Anarchon; by verb and
 resource with ``--verbose``), the controller's CPU seconds within the window (and per such Pod,
 in ms), its peak resident memory, and how long creating the N jobs took (for Anarchon: until
-every job's status showed its schedule). The last line gives the ratios Anarchon/CronJob. The idle cost of N jobs
-with nothing due is ``bench/bench_idle.py``'s.
+every job's status showed its schedule). Beside the replicas', the store's own load over Anarchon's
+window (PostgreSQL and Redis; read from the server, see :class:`StoreLoad`): statements per second,
+its most client connections and its CPU seconds. The last line gives the ratios Anarchon/CronJob.
+The idle cost of N jobs with nothing due is ``bench/bench_idle.py``'s.
 
 Both sides run on the same machine in the same run: read the ratios, not the absolute numbers
 (these machines have 2 cores and are noisy). Targets (issue 13) at N = 1,000: Pods seen >=
@@ -49,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -91,6 +94,8 @@ class Side:
     made: int = 0
     #: Whether the controller's cost (requests, CPU, memory, set-up) was measured: not the ceiling's.
     costed: bool = True
+    #: The store's own load over the window (Anarchon's side).
+    store: StoreLoad | None = None
 
     @property
     def per_run(self) -> float:
@@ -186,16 +191,21 @@ def delay_of(pod: dict[str, Any], slot_s: float) -> float:
     return created - slot_s
 
 
-def wait_window(minutes: int, pids: list[int]) -> tuple[float, float, float]:
+def wait_window(minutes: int, pids: list[int], load: StoreLoad | None = None) -> tuple[float, float, float]:
     """Sleep to the next minute and through ``minutes`` minutes: the window's ends, and the CPU
-    seconds ``pids`` used within it."""
+    seconds ``pids`` used within it; ``load`` measures the store's over the same window."""
     start = next_minute(time.time() + 5)
     end = start + 60 * minutes
     print(f"  window {datetime.fromtimestamp(start, UTC):%H:%M:%S} + {minutes} min", file=sys.stderr)
     time.sleep(max(0.0, start - time.time()))
     cpu0 = sum(cpu_seconds(p) for p in pids)
+    if load is not None:
+        load.begin()
     time.sleep(max(0.0, end - time.time()))
-    return start, end, sum(cpu_seconds(p) for p in pids) - cpu0
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    if load is not None:
+        load.end()
+    return start, end, cpu
 
 
 def count_pods(side: Side, pods: list[dict[str, Any]], start: float, end: float, slot_of: Any) -> None:
@@ -342,16 +352,116 @@ def start_store(store: str, log_dir: Path, n: int) -> tuple[Any, str]:
     return None, f"sqlite://{log_dir / f'store-{n}.db'}"
 
 
+@dataclass
+class StoreLoad:
+    """The store server's own load over a window, read from the server: statements served,
+    client connections (their most, sampled every second), and its processes' CPU seconds.
+
+    PostgreSQL: statements are its transactions (``pg_stat_database``; the backend runs every
+    statement in autocommit, one transaction each), connections the client backends in
+    ``pg_stat_activity``, CPU the postmaster's and every backend's (those that ended within the
+    window included, through the postmaster's children's times). Redis: commands processed,
+    connected clients and ``used_cpu_*`` from INFO. SQLite has no server: nothing is measured.
+    """
+
+    store: str
+    url: str
+    server: Any
+    statements: int = 0
+    connections: int = 0
+    cpu_s: float = 0.0
+    seconds: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _sampler: threading.Thread | None = None
+    _start: tuple[int, float, float] = (0, 0.0, 0.0)
+
+    @property
+    def measured(self) -> bool:
+        return self.store in ("postgres", "redis")
+
+    def _read(self) -> tuple[int, int, float]:
+        """Statements served so far, client connections now, CPU seconds so far."""
+        if self.store == "redis":
+            import redis
+
+            client = redis.Redis.from_url(self.url)
+            try:
+                info = client.info()
+            finally:
+                client.close()
+            cpu = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+            return int(info["total_commands_processed"]), int(info["connected_clients"]) - 1, cpu
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT (SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database"
+                " WHERE datname = current_database()),"
+                " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                " AND datname = current_database() AND pid <> pg_backend_pid())"
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), self._postgres_cpu_s()
+
+    def _postgres_cpu_s(self) -> float:
+        total = 0.0
+        for pid in self.server._pids():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += sum(int(f) for f in fields[11:15]) / 100  # utime, stime, cutime, cstime
+        return total
+
+    def begin(self) -> None:
+        if not self.measured:
+            return
+        statements, self.connections, cpu = self._read()
+        self._start = (statements, cpu, time.time())
+        self._stop.clear()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(Exception):  # a sample missed under load is not a measurement
+                self.connections = max(self.connections, self._read()[1])
+
+    def end(self) -> None:
+        if not self.measured:
+            return
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join()
+        statements, connections, cpu = self._read()
+        self.connections = max(self.connections, connections)
+        statements0, cpu0, t0 = self._start
+        # The reads of this class are statements too: a handful, against thousands.
+        self.statements, self.cpu_s, self.seconds = statements - statements0, cpu - cpu0, time.time() - t0
+
+    def row(self, runs: int, replicas_cpu_s: float) -> str:
+        if not self.measured:
+            return f"store ({self.store}): no server to measure"
+        per_s = self.statements / max(self.seconds, 1e-9)
+        return (
+            f"store ({self.store}), its own load over the window: {per_s:.0f} statements/s"
+            f" ({self.statements / max(runs, 1):.1f} per Pod), {self.connections} connections at most,"
+            f" server CPU {self.cpu_s:.1f} s ({1000 * self.cpu_s / max(runs, 1):.1f} ms per Pod;"
+            f" the replicas' {replicas_cpu_s:.1f} s)"
+        )
+
+
 @contextlib.contextmanager
-def three_replicas(cp: ControlPlane, ns: str, store: str, log_dir: Path, n: int) -> Iterator[tuple[Replicas, str]]:
-    """A new namespace and a fresh store, 3 replicas of this checkout on them; the store's URL."""
+def three_replicas(
+    cp: ControlPlane, ns: str, store: str, log_dir: Path, n: int
+) -> Iterator[tuple[Replicas, str, StoreLoad]]:
+    """A new namespace and a fresh store, 3 replicas of this checkout on them; the store's URL
+    and what measures its load."""
     kubectl(cp, "create", "namespace", ns)
     server, url = start_store(store, log_dir, n)
     replicas = Replicas(cp, ns, url, log_dir)
     try:
         for i in range(3):
             replicas.start(f"{ns}-{i}")
-        yield replicas, url
+        yield replicas, url, StoreLoad(store, url, server)
     finally:
         replicas.stop_all()
         if server is not None:
@@ -418,7 +528,7 @@ def resume_jobs(cp: ControlPlane, ns: str, n: int) -> float:
 def anarchon_side(cp: ControlPlane, n: int, minutes: int, grace_s: float, store: str, log_dir: Path) -> Side:
     side = Side(f"Anarchon ({store})")
     ns = f"anarchon-{n}"
-    with three_replicas(cp, ns, store, log_dir, n) as (replicas, _):
+    with three_replicas(cp, ns, store, log_dir, n) as (replicas, _, load):
         # Created suspended and resumed together, as CronJob's side starts all at once (its
         # creates take seconds; these take a minute or more with the replicas at work on them).
         created_s = create_jobs(cp, ns, n, "* * * * *", suspended=True)
@@ -426,8 +536,9 @@ def anarchon_side(cp: ControlPlane, n: int, minutes: int, grace_s: float, store:
         print(f"  {n} jobs created and taken up in {created_s:.0f} s, resumed in {resumed_s:.0f} s", file=sys.stderr)
         side.setup_s = created_s + resumed_s
         pids = [p.pid for p in replicas.procs.values()]
-        start, end, side.cpu_s = wait_window(minutes, pids)
+        start, end, side.cpu_s = wait_window(minutes, pids, load)
         side.rss_mb = max(peak_rss_mb(p) for p in pids)
+        side.store = load
         time.sleep(grace_s)
         side.requests = audit_requests(cp, start, end, from_replicas)
         replicas.stop_all()
@@ -479,7 +590,7 @@ def idle_run(cp: ControlPlane, n: int, seconds: int, store: str, log_dir: Path) 
     its resident memory now and at its peak, store operations and API requests per second.
     """
     ns = f"idle-{n}"
-    with three_replicas(cp, ns, store, log_dir, n) as (replicas, url):
+    with three_replicas(cp, ns, store, log_dir, n) as (replicas, url, _):
         setup_s = create_jobs(cp, ns, n, "0 0 1 1 *")
         time.sleep(60)
         pids = [p.pid for p in replicas.procs.values()]
@@ -551,6 +662,8 @@ def run(args: argparse.Namespace, cp: ControlPlane, tmp: Path) -> None:
             if args.verbose:
                 for kind, count in side.requests.most_common(12):
                     print(f"{'':<24}{count / max(side.seen, 1):6.2f}  {kind}")
+        if anarchon.store is not None:
+            print(anarchon.store.row(anarchon.made, anarchon.cpu_s))
         if ceiling is not None:
             per_minute = [f"{side.name} {side.seen / args.minutes:.0f}" for side in (ceiling, cron, anarchon) if side]
             print(

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import random
+import signal
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -19,12 +22,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from anarchon.engine import transitions
+from anarchon.engine import RunContext, Scheduler, SystemClock, transitions
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends import from_url
 from anarchon.engine.backends.postgres import PostgresBackend
 from anarchon.engine.errors import ConfigError, StoreError
 from anarchon.engine.model import ClaimOutcome, ClaimResult, Overlap, Run, RunState
+from tests.harness.engine import Calls, Recorder
+from tests.harness.until import until_async
 from tests.servers.postgres import PostgresServer
 
 NOW = 1_800_000_000_000
@@ -494,3 +499,106 @@ async def test_a_batch_of_claims_is_one_round_trip_and_two_batches_never_deadloc
                 assert isinstance(answer, ClaimResult) and answer.run is not None and answer.run.job == j
     finally:
         await other.close()
+
+
+async def test_heartbeats_out_together_are_one_statement_each_fenced_on_its_own(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """Forty runs beat at once: the server runs three UPDATEs on the runs table (two beats sent
+    alone while nothing was out, then the thirty-eight that came meanwhile in one), counted by a
+    statement trigger of the server's own; it was forty. In the batch, a beat with a stale token,
+    one of a run already over and one of a run never claimed are each refused (False), the
+    others each pushed their own lease."""
+    runs = [ClaimRequest(f"j{i:02d}", 1, "a", f"tok-{i}", NOW, LEASE, Overlap.ALLOW) for i in range(40)]
+    assert all(isinstance(r, ClaimResult) and r.won for r in await backend.claim_many(runs))
+    assert await backend.finish("j39", 1, "tok-39", NOW, RunState.SUCCEEDED)
+    table = backend.table
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute(
+            sql.SQL(
+                "CREATE SEQUENCE {seq}; CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN PERFORM nextval({seq_name}); RETURN NULL; END $$;"
+                " CREATE TRIGGER {trg} AFTER UPDATE ON {runs} FOR EACH STATEMENT EXECUTE FUNCTION {fn}()"
+            ).format(
+                seq=sql.Identifier(f"{table}_updates"),
+                seq_name=sql.Literal(f"{table}_updates"),
+                fn=sql.Identifier(f"{table}_count"),
+                trg=sql.Identifier(f"{table}_count"),
+                runs=sql.Identifier(table),
+            )
+        )
+        beat_at = NOW + 1_000
+        beats = [(r.job, r.slot, r.token) for r in runs]
+        beats[5] = ("j05", 1, "stale")
+        beats.append(("never-claimed", 1, "tok"))
+        answers = await asyncio.gather(*(backend.heartbeat(j, s, t, beat_at, LEASE) for j, s, t in beats))
+        cur = await admin.execute(sql.SQL("SELECT last_value FROM {}").format(sql.Identifier(f"{table}_updates")))
+        row = await cur.fetchone()
+    assert row is not None and row[0] == 3, f"{row} UPDATE statements for {len(beats)} heartbeats"
+    refused = {5, 39, 40}
+    assert answers == [i not in refused for i in range(len(beats))], answers
+    for i, r in enumerate(runs):
+        run = await backend.get_run(r.job, 1)
+        assert run is not None
+        if i in refused:
+            assert run.lease_until_ms in (NOW + LEASE, 0), run
+        else:
+            assert (run.state, run.lease_until_ms) == (RunState.RUNNING, beat_at + LEASE), run
+
+
+async def test_a_heartbeat_on_a_frozen_connection_holds_the_next_back_no_longer_than_a_heartbeat(
+    postgres_url: str,
+) -> None:
+    """The server process of the lease connection freezes (SIGSTOP) as a heartbeat goes out on
+    it: no reply, ever, while the server serves every other connection. The attempt gives that
+    beat up when the next is due, the next goes out on a new connection and pushes the lease,
+    and the run ends Succeeded in its first attempt. Before, the attempt waited for the command
+    timeout (here 10 s, the default 30 s) and lost its lease (3 s)."""
+    job = unique("frozen")
+    backend = PostgresBackend(postgres_url, table=unique("t"), command_timeout_s=10.0)
+    frozen: list[int] = []
+    sent: list[tuple[float, object]] = []
+    heartbeat = backend.heartbeat
+
+    async def timed(job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        if len(sent) == 2:  # the third beat: freeze the connection it is about to use
+            (conn,) = backend._lease_idle
+            frozen.append(conn.info.backend_pid)
+            os.kill(frozen[0], signal.SIGSTOP)
+        sent.append((time.monotonic(), None))
+        try:
+            ok = await heartbeat(job, slot, token, now_ms, lease_ms)
+        except BaseException as exc:
+            sent[-1] = (sent[-1][0], exc)
+            raise
+        sent[-1] = (sent[-1][0], ok)
+        return ok
+
+    backend.heartbeat = timed  # type: ignore[method-assign]
+    clock = SystemClock()
+    calls = Calls(clock)
+    listener = Recorder()
+
+    async def work(ctx: RunContext) -> None:
+        await until_async("five heartbeats", lambda: len(sent) >= 5, timeout=30)
+
+    sched = Scheduler(backend, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job, "1h", calls.handler(work), jitter=0, heartbeat="1s", lease="3s")
+    await sched.start()
+    try:
+        await sched.trigger(job)
+        await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+    finally:
+        if frozen:
+            os.kill(frozen[0], signal.SIGCONT)
+        await sched.stop()
+        await backend.close()
+    assert frozen, "the third heartbeat met the frozen connection"
+    assert not listener.of("fenced"), listener.events
+    (stalled_at, stalled), (next_at, _) = sent[2], sent[3]
+    assert isinstance(stalled, asyncio.CancelledError), f"the frozen beat was given up: {stalled!r}"
+    assert next_at - stalled_at < 1.7, sent  # a heartbeat later (and a loaded machine's slack)
+    # (The fifth may be cut short by the attempt's end.)
+    assert [ok for _, ok in sent[:2] + sent[3:4]] == [True] * 3, sent
+    assert [(c.attempt, c.stop_reason) for c in calls.calls] == [(1, None)]
+    assert [e[4] for e in listener.of("finished")] == ["Succeeded"]

@@ -19,6 +19,7 @@ from anarchon.engine import (
     ClaimRequest,
     ClaimResult,
     ConfigError,
+    Job,
     LeaseBackend,
     Run,
     RunCancelled,
@@ -450,6 +451,41 @@ async def test_catch_up_after_downtime(
     reported = [int(e[2]) for e in heard.events if e[0] == "missed" and e[1] == job_name]
     assert sorted(reported) == missed[: len(missed) - expected]
     assert all("while no instance ran" in e[3] for e in heard.events if e[0] == "missed")
+
+
+async def test_catch_up_starts_from_the_handlers_record_when_the_store_forgot_the_job(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """Every instance down, and the store lost the job's state meanwhile (Redis restarted
+    without its data): the handler's durable record (the operator's newest AnarchonRun) is the
+    base of catch-up. Before, the store's missing history read as "nothing ran": the missed
+    slots were neither run nor reported."""
+    period = 60_000
+    t0 = 1_800_000_000_000
+    await ran_once_then_down(make_backend(), job_name, t0, FACTOR, catch_up="All")
+    forgetful = make_backend()
+    await forgetful.setup()
+    await forgetful.forget_job(job_name)
+    await forgetful.close()
+
+    later = ScaledClock(FACTOR, start_ms=t0 + 6 * period + 500)
+    calls_2 = Calls(later)
+    heard = Recorder()
+    two = Scheduler(make_backend(), instance_id="two", clock=later, listener=heard)
+
+    async def newest_run() -> int:
+        return t0 + 2 * period  # its record knows one more run than the store ever had
+
+    options = job_options(jitter=0, catch_up="Latest", catch_up_window="1h")
+    two.add(Job(job_name, every("1m"), calls_2.handler(), options, recorded=newest_run))
+    await two.start()
+    await until_async("the catch-up run", lambda: len(calls_2.calls) == 1)
+    await asyncio.sleep(0.2)  # 4 fake seconds: nothing else is due
+    await two.stop()
+    await two.backend.close()
+    assert calls_2.slots() == [t0 + 6 * period]
+    reported = sorted(int(e[2]) for e in heard.events if e[0] == "missed" and e[1] == job_name)
+    assert reported == [t0 + k * period for k in range(3, 6)], "the slots after the record's newest run"
 
 
 async def test_no_retroactive_runs_when_schedule_is_edited(

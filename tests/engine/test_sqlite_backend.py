@@ -73,3 +73,29 @@ async def test_a_record_written_before_the_rename_reads_as_succeeded(tmp_path: P
         assert [a.outcome for a in run.attempts] == [RunState.SUCCEEDED]
     finally:
         await backend.close()
+
+
+async def test_heartbeats_out_together_are_one_transaction_each_fenced_on_its_own(tmp_path: Path) -> None:
+    """Forty runs beat at once: two write transactions (one beat sent alone while nothing was out,
+    then the thirty-nine that came meanwhile), as SQLite's own trace of the connection shows; it
+    was forty. A stale token and a run never claimed are refused in the batch, each on its own."""
+    backend = SqliteBackend(tmp_path / "beats.db")
+    await backend.setup()
+    try:
+        runs = [ClaimRequest(f"j{i:02d}", 1, "a", f"tok-{i}", 0, 1_000, Overlap.ALLOW) for i in range(40)]
+        assert all(not isinstance(r, BaseException) and r.won for r in await backend.claim_many(runs))
+        statements: list[str] = []
+        conn = backend._conn
+        assert conn is not None
+        conn.set_trace_callback(statements.append)
+        beats = [(r.job, r.token) for r in runs]
+        beats[7] = ("j07", "stale")
+        beats.append(("never-claimed", "tok"))
+        answers = await asyncio.gather(*(backend.heartbeat(j, 1, t, 500, 1_000) for j, t in beats))
+        conn.set_trace_callback(None)
+        assert statements.count("BEGIN IMMEDIATE") == 2, statements[:5]
+        assert answers == [i not in (7, 40) for i in range(len(beats))], answers
+        leases = {r.job: run.lease_until_ms for r in runs if (run := await backend.get_run(r.job, 1))}
+        assert leases == {r.job: 1_000 if r.job == "j07" else 1_500 for r in runs}
+    finally:
+        await backend.close()

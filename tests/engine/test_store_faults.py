@@ -31,6 +31,13 @@ from tests.harness.until import until_async
 SLOT = 1_800_000_000_000
 
 
+async def one_attempt(sched: Scheduler, job: str, listener: Recorder) -> None:
+    """Start ``sched``, trigger ``job`` at SLOT and wait for its attempt's end (finished or fenced)."""
+    await sched.start()
+    await sched.trigger(job, SLOT)
+    await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+
+
 async def test_a_store_blip_at_confirm_is_retried_not_taken_for_fenced(
     make_backend: Callable[[], LeaseBackend], job_name: str
 ) -> None:
@@ -54,10 +61,8 @@ async def test_a_store_blip_at_confirm_is_retried_not_taken_for_fenced(
 
     sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
     sched.every(job_name, "1h", calls.handler(careful), jitter=0, heartbeat="1s", lease="3s")
-    await sched.start()
     try:
-        await sched.trigger(job_name, SLOT)
-        await until_async("the attempt's end", lambda: bool(listener.of("finished") or listener.of("fenced")))
+        await one_attempt(sched, job_name, listener)
         run = await store.inner.get_run(job_name, SLOT)
         assert run is not None
         assert store.rules[0].fired == 1, "the fault must have hit confirm()'s heartbeat"
@@ -373,6 +378,67 @@ async def test_a_batch_of_claims_that_failed_runs_each_job_once(
         for name in jobs:
             run = await store.inner.get_run(name, slot)
             assert run is not None and run.attempt == 1 and run.instance == "solo", run
+    finally:
+        await sched.stop(handover=False)
+        await store.close()
+
+
+class Beats(FaultyStore):
+    """The fault layer, with the clock time of every heartbeat and of every one that failed."""
+
+    def __init__(self, inner: LeaseBackend, clock: ScaledClock) -> None:
+        super().__init__(inner)
+        self.clock = clock
+        self.sent: list[int] = []
+        self.stalled: list[int] = []  # indexes in ``sent``
+
+    async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
+        if any(r.stall and r.fired < r.times for r in self.rules):
+            self.stalled.append(len(self.sent))
+        self.sent.append(self.clock.now_ms())
+        return await super().heartbeat(job, slot, token, now_ms, lease_ms)
+
+
+class BeatErrors(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.heartbeat_errors: list[str] = []
+
+    def heartbeat_failed(self, job: str, slot: int, error: str) -> None:
+        self.heartbeat_errors.append(error)
+
+
+async def test_a_heartbeat_that_never_answers_holds_the_next_back_no_longer_than_a_heartbeat(
+    make_backend: Callable[[], LeaseBackend], job_name: str
+) -> None:
+    """One heartbeat stalls (no answer, ever: a frozen connection): the next goes a heartbeat
+    after it, the lease (four heartbeats) is never lost, the run ends Succeeded in its first
+    attempt. Before: the attempt waited for the stalled call (a store client's own timeout:
+    Redis's socket timeout, PostgreSQL's command timeout; here for ever) and lost its lease."""
+    clock = fast_clock(4.0)
+    store = Beats(make_backend(), clock)
+    listener = BeatErrors()
+    calls = Calls(clock)
+    stalled = store.stall("heartbeat", times=0)  # armed by the handler after the first beats
+
+    async def work(ctx: RunContext) -> None:
+        await until_async("two heartbeats", lambda: len(store.sent) >= 2)
+        stalled.times = 1
+        await until_async("three heartbeats more", lambda: len(store.sent) >= 5, timeout=20)
+
+    sched = Scheduler(store, instance_id="solo", clock=clock, listener=listener)
+    sched.every(job_name, "1h", calls.handler(work), jitter=0, heartbeat="1s", lease="4s")
+    try:
+        await one_attempt(sched, job_name, listener)
+        assert stalled.fired == 1
+        assert not listener.of("fenced"), listener.events
+        assert [(c.attempt, c.stop_reason) for c in calls.calls] == [(1, None)]
+        assert listener.heartbeat_errors == ["no answer within a heartbeat (1s)"], listener.heartbeat_errors
+        (at,) = store.stalled
+        # The next a heartbeat later (and a loaded machine's slack), not a lease later, or never.
+        assert store.sent[at + 1] - store.sent[at] < 2_000, store.sent
+        run = await store.inner.get_run(job_name, SLOT)
+        assert run is not None and (run.state, run.attempt) == (RunState.SUCCEEDED, 1)
     finally:
         await sched.stop(handover=False)
         await store.close()

@@ -4,12 +4,14 @@ toxiproxy (``toxiproxy.py`` here) breaks the TCP connection to a store, which is
 store fails in production, but it cannot aim: "the reply of the first takeover is lost"
 is a matter of which bytes pass when. This layer aims. It wraps a real
 :class:`~anarchon.engine.LeaseBackend` (every call still goes to the real server) and, for
-the operation a rule names, either fails it before it is sent (the store never saw it) or
-sends it and then raises as if the reply had been lost (the store applied it).
+the operation a rule names, either fails it before it is sent (the store never saw it),
+sends it and then raises as if the reply had been lost (the store applied it), or stalls it
+(a frozen connection: no answer, ever, until the caller gives up).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,7 @@ class Rule:
     operation: str  # "claim", "claim_many", "heartbeat", "finish", "release", "takeover", "get_run", "active_runs"...
     times: int = 1  # how many calls it hits, the first ones to come
     reply_lost: bool = False  # True: the store applied the call, the caller hears an error
+    stall: bool = False  # True: the call is not sent and never answers (until cancelled)
     fired: int = 0
 
 
@@ -42,12 +45,20 @@ class FaultyStore(LeaseBackend):
         self.rules.append(rule)
         return rule
 
+    def stall(self, operation: str, times: int = 1) -> Rule:
+        """The next ``times`` calls of ``operation`` hang, unsent, until their callers give up."""
+        rule = Rule(operation, times, stall=True)
+        self.rules.append(rule)
+        return rule
+
     async def _through(self, operation: str, call: Any) -> Any:
         self.calls[operation] = self.calls.get(operation, 0) + 1
         rule = next((r for r in self.rules if r.operation == operation and r.fired < r.times), None)
         if rule is None:
             return await call()
         rule.fired += 1
+        if rule.stall:
+            await asyncio.get_running_loop().create_future()  # never done: only a cancel ends it
         if rule.reply_lost:
             await call()
             raise StoreError(f"{operation}: connection reset after the request was sent (fault layer)")

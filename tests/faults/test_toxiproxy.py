@@ -30,7 +30,7 @@ from anarchon.engine import (
     new_token,
 )
 from anarchon.engine.backends import from_url
-from anarchon.engine.backends.postgres import CANCEL_GRACE_S
+from anarchon.engine.backends.postgres import CANCEL_GRACE_S, PostgresBackend
 from anarchon.engine.backends.redis import RedisBackend
 from anarchon.engine.batch import Coalescer
 from tests.faults.toxiproxy import (
@@ -42,6 +42,7 @@ from tests.faults.toxiproxy import (
     ToxiproxyMissing,
     find_binary,
 )
+from tests.harness.until import until_async
 from tests.servers.postgres import PostgresServer
 from tests.servers.redis import RedisServer
 
@@ -359,12 +360,13 @@ async def test_heartbeats_of_many_runs_at_once_go_together_on_one_connection(red
     assert {run.lease_until_ms for run in leases if run is not None} == {beat_at + 30_000}
 
 
-# -- the heartbeat batch (Redis) under faults --------------------------------------------------
+# -- the heartbeat batch (Redis, PostgreSQL) under faults ---------------------------------------
 #
-# RedisBackend.heartbeat goes through a Coalescer (anarchon.engine.batch): a call is sent at once
-# while fewer than two batches are out, and otherwise waits with the others for the next batch,
-# which is one pipeline of EVALSHA on one lease connection. These tests put the fault in the way
-# of such a batch of many runs, written on a connection that was open and healthy.
+# The lease stores' heartbeat goes through a Coalescer (anarchon.engine.batch): a call is sent at
+# once while fewer than two batches are out, and otherwise waits with the others for the next
+# batch, which is one pipeline of EVALSHA (Redis) or one UPDATE (PostgreSQL) on one lease
+# connection. These tests put the fault in the way of such a batch of many runs, written on a
+# connection that was open and healthy.
 
 LEASE_MS = 30_000
 BEAT_AT = SLOT + 1_000  # the heartbeat every run has had before the fault
@@ -373,16 +375,22 @@ BEAT_3 = SLOT + 3_000  # the heartbeat after it
 BATCH = 40  # runs in the batch: ~10 kB of EVALSHA, which Redis reads and runs in one go
 
 
+def call_timeout_s(s: Store) -> float:
+    """How long a call that gets no reply lasts: the timeout, and on PostgreSQL the cancel's grace."""
+    return TIMEOUT_S + (CANCEL_GRACE_S if s.kind == "postgres" else 0.0)
+
+
 @dataclass
 class Beats:
-    """Runs of one Redis backend on the proxy, claimed and heartbeating, and the batches they went in."""
+    """Runs of one backend on the proxy, claimed and heartbeating, and the batches they went in."""
 
     store: Store
-    backend: RedisBackend
+    backend: RedisBackend | PostgresBackend
     runs: list[ClaimRequest]
     blockers: list[ClaimRequest]  # two more runs, whose heartbeats take the Coalescer's two slots
     sizes: list[int] = field(default_factory=list)  # the size of each batch the Coalescer sent, in order
     _before: Callable[[], object] | None = None
+    _blocking: list[asyncio.Future[bool]] = field(default_factory=list)
     _sent: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -392,6 +400,7 @@ class Beats:
             self.sizes.append(len(beats))
             if self._before is not None and len(beats) == len(self.runs):
                 self._before, before = None, self._before
+                await asyncio.wait(self._blocking)  # the fault meets this batch alone
                 before()
                 self._sent.set()
             return await send(beats)
@@ -410,7 +419,7 @@ class Beats:
         return list(await asyncio.gather(*(self.beat(r, at) for r in self.runs), return_exceptions=True))
 
     async def leases(self) -> list[int | None]:
-        """Each run's lease end as Redis holds it (read past the proxy)."""
+        """Each run's lease end as the server holds it (read past the proxy)."""
         direct = await self.store.direct()
         runs = [await direct.get_run(r.job, SLOT) for r in self.runs]
         return [None if run is None else run.lease_until_ms for run in runs]
@@ -424,14 +433,15 @@ class Beats:
         ``fault()`` put in place just before (it stays until the test removes it).
 
         The blockers' heartbeats go first, each alone (the Coalescer's two slots); the runs'
-        heartbeats meanwhile wait together, and go as one pipeline when the first blocker is
-        answered, on the connection it has just used. What the blockers get is not checked
-        (the second may meet the fault too).
+        heartbeats meanwhile wait together, and go as one batch when the first blocker is
+        answered, once the second is too (so that the fault meets the batch alone), on a
+        connection one of them has just used. What the blockers get is not checked.
         """
         self._before = fault
         self._sent.clear()
-        for blocker in self.blockers:  # their outcome is read here, so that no error goes unretrieved
-            self.beat(blocker, at).add_done_callback(lambda b: b.cancelled() or b.exception())
+        self._blocking = [self.beat(blocker, at) for blocker in self.blockers]
+        for blocker in self._blocking:  # their outcome is read here, so that no error goes unretrieved
+            blocker.add_done_callback(lambda b: b.cancelled() or b.exception())
         await asyncio.sleep(0)
         assert len(self.coalescer._out) == 2, "the blockers' heartbeats take the two slots"
         batch = [self.beat(r, at) for r in self.runs]
@@ -445,7 +455,7 @@ class Beats:
 async def heartbeating(s: Store, job: str, n: int = BATCH) -> Beats:
     """``n`` runs claimed, each heartbeat once at BEAT_AT (which opens the lease connections)."""
     backend = await s.through_proxy()
-    assert isinstance(backend, RedisBackend)
+    assert isinstance(backend, (RedisBackend, PostgresBackend))
     runs = [claim_request(f"{job}-{i}") for i in range(n)]
     blockers = [claim_request(f"{job}-blocker-{i}") for i in range(2)]
     won = await asyncio.gather(*(backend.claim(r) for r in runs + blockers))
@@ -482,14 +492,14 @@ async def settle(
 
 
 @pytest.mark.parametrize("fault", ["reset", "down"])
-async def test_redis_heartbeat_batch_cut_fails_each_heartbeat_at_once_then_recovers(
-    redis_store: Store, job: str, fault: str
+async def test_heartbeat_batch_cut_fails_each_heartbeat_at_once_then_recovers(
+    store: Store, job: str, fault: str
 ) -> None:
     """A batch whose connection is reset, or whose proxy goes down, under it: StoreError for each
     of its heartbeats at once, nothing done on the server; once the fault is gone the same runs'
     next heartbeats go together again and each returns True (no broken connection kept, no
     slot of the Coalescer lost)."""
-    s = redis_store
+    s = store
     beats = await heartbeating(s, job)
     cut = s.proxy.reset if fault == "reset" else s.proxy.down
     batch = await beats.batch_meets(cut, BEAT_2)
@@ -507,15 +517,14 @@ async def test_redis_heartbeat_batch_cut_fails_each_heartbeat_at_once_then_recov
     beats.idle()
 
 
-async def test_redis_heartbeat_batch_stalled_ends_at_the_socket_timeout_and_frees_its_slot(
-    redis_store: Store, job: str
-) -> None:
-    """A batch that gets no reply (a frozen server): StoreError for each heartbeat at the socket
+async def test_heartbeat_batch_stalled_ends_at_the_call_timeout_and_frees_its_slot(store: Store, job: str) -> None:
+    """A batch that gets no reply (a frozen server): StoreError for each heartbeat at the call
     timeout, not before and not much after. Calls made meanwhile are not held for ever: one
     goes at once in the free slot, one waiting for a slot goes when the stalled batch ends
     (at most one call's timeout more); all ended, the Coalescer holds nothing, and after the
     stall the runs' heartbeats succeed."""
-    s = redis_store
+    s = store
+    timeout = call_timeout_s(s)
     beats = await heartbeating(s, job)
     batch = await beats.batch_meets(s.proxy.stall, BEAT_2)
     alone = beats.beat(beats.runs[0], BEAT_2)  # one slot is free: it goes at once
@@ -523,14 +532,14 @@ async def test_redis_heartbeat_batch_stalled_ends_at_the_socket_timeout_and_free
     queued = beats.beat(beats.runs[1], BEAT_2)  # both slots taken: it waits for one
     await asyncio.sleep(0)
     assert (len(beats.coalescer._out), len(beats.coalescer._pending)) == (2, 1)
-    outcomes = await settle([*batch, alone, queued], within=2 * TIMEOUT_S + SLACK_S, proxy=s.proxy)
+    outcomes = await settle([*batch, alone, queued], within=2 * timeout + SLACK_S, proxy=s.proxy)
     *in_batch, (_, alone_s), (_, queued_s) = outcomes
-    assert all("Timeout" in str(exc) for exc, _ in in_batch), in_batch[0]
+    assert all(("Timeout" in str(exc) or "no answer within" in str(exc)) for exc, _ in in_batch), in_batch[0]
     batch_s = [t for _, t in in_batch]
-    assert min(batch_s) >= TIMEOUT_S * 0.9 and max(batch_s) < TIMEOUT_S + SLACK_S, batch_s
-    assert TIMEOUT_S * 0.9 <= alone_s < TIMEOUT_S + SLACK_S, alone_s
+    assert min(batch_s) >= TIMEOUT_S * 0.9 and max(batch_s) < timeout + SLACK_S, batch_s
+    assert TIMEOUT_S * 0.9 <= alone_s < timeout + SLACK_S, alone_s
     # It waited for the first batch out to end (one timeout), then for its own call (one more).
-    assert TIMEOUT_S * 0.9 <= queued_s < 2 * TIMEOUT_S + SLACK_S, queued_s
+    assert TIMEOUT_S * 0.9 <= queued_s < 2 * timeout + SLACK_S, queued_s
     beats.idle()
     assert await beats.leases() == [BEAT_AT + LEASE_MS] * BATCH, "a frozen server runs nothing"
     s.proxy.clear()
@@ -539,20 +548,52 @@ async def test_redis_heartbeat_batch_stalled_ends_at_the_socket_timeout_and_free
     beats.idle()
 
 
-@pytest.mark.parametrize("hang", [False, True], ids=["closed", "hung"])
-async def test_redis_heartbeat_batch_whose_reply_is_lost_was_done_and_a_retry_is_true(
-    redis_store: Store, job: str, hang: bool
+async def test_heartbeat_batches_stalled_and_given_up_free_their_slots_and_connections_at_once(
+    store: Store, job: str
 ) -> None:
-    """Redis ran the batch's heartbeats and their replies were lost (the connection closed as
-    they came, or they never came): StoreError for each (at once, or at the socket timeout),
+    """A stalled batch (a frozen server) whose callers give up, as an attempt does when its next
+    beat is due: the batch is cancelled with its connection, the heartbeat made next goes out at
+    once (and ends at its own timeout), and once the stall is over the runs' heartbeats succeed
+    at once. Before, a heartbeat made then waited for a free slot until a stalled batch timed
+    out (on PostgreSQL there was no batch, and it waited for a free lease connection)."""
+    s = store
+    beats = await heartbeating(s, job)
+    batch = await beats.batch_meets(s.proxy.stall, BEAT_2)
+    # Both slots stalled: the batch's, and a heartbeat whose caller keeps waiting.
+    kept = beats.beat(beats.blockers[0], BEAT_2)
+    coalescer = beats.coalescer
+    await until_async("both slots stalled", lambda: len(coalescer._out) == 2 and not coalescer._pending, timeout=10)
+    for call in batch:
+        call.cancel()
+    await asyncio.sleep(0.1)
+    assert len(beats.coalescer._out) == 1, "the given-up batch left its slot"
+    sent = len(beats.sizes)
+    late = beats.beat(beats.runs[0], BEAT_2)
+    await asyncio.sleep(0.1)
+    assert len(beats.sizes) == sent + 1, "it went out at once"
+    await settle([late, kept], within=call_timeout_s(s) + SLACK_S, proxy=s.proxy)
+    s.proxy.clear()
+    t0 = time.monotonic()
+    assert await beats.beat_all(BEAT_3) == [True] * BATCH
+    assert time.monotonic() - t0 < FAST_S, "no heartbeat waited for a stalled call"
+    assert await beats.leases() == [BEAT_3 + LEASE_MS] * BATCH
+    beats.idle()
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["closed", "hung"])
+async def test_heartbeat_batch_whose_reply_is_lost_was_done_and_a_retry_is_true(
+    store: Store, job: str, hang: bool
+) -> None:
+    """The store ran the batch's heartbeats and their replies were lost (the connection closed as
+    they came, or they never came): StoreError for each (at once, or at the call timeout),
     every lease was moved all the same, and each heartbeat sent again with the same token
     returns True and leaves the lease where it is (a heartbeat done twice is done once)."""
-    s = redis_store
+    s = store
     beats = await heartbeating(s, job)
     batch = await beats.batch_meets(lambda: s.proxy.lose_replies(hang=hang), BEAT_2)
-    outcomes = await settle(batch, within=(TIMEOUT_S + SLACK_S) if hang else FAST_S, proxy=s.proxy)
+    outcomes = await settle(batch, within=(call_timeout_s(s) + SLACK_S) if hang else FAST_S, proxy=s.proxy)
     if hang:
-        assert min(t for _, t in outcomes) >= TIMEOUT_S * 0.9, "no reply is noticed at the socket timeout"
+        assert min(t for _, t in outcomes) >= TIMEOUT_S * 0.9, "no reply is noticed at the call timeout"
     assert await beats.leases() == [BEAT_2 + LEASE_MS] * BATCH, "the server ran every heartbeat of the batch"
     s.proxy.clear()
     assert await beats.beat_all(BEAT_2) == [True] * BATCH, "the same heartbeat again: still the holder"
@@ -563,11 +604,11 @@ async def test_redis_heartbeat_batch_whose_reply_is_lost_was_done_and_a_retry_is
     beats.idle()
 
 
-async def test_redis_heartbeat_batch_answers_each_heartbeat_on_its_own(redis_store: Store, job: str) -> None:
+async def test_heartbeat_batch_answers_each_heartbeat_on_its_own(store: Store, job: str) -> None:
     """One batch of heartbeats of current and fenced attempts: each gets its own answer (True
     for the holder, False for a token taken over, released, finished or never claimed), and
     only the holders' leases move. A refused heartbeat is an answer, not a failure of the batch."""
-    s = redis_store
+    s = store
     beats = await heartbeating(s, job, n=24)
     backend, runs = beats.backend, beats.runs
     expired = BEAT_AT + LEASE_MS + 1

@@ -22,7 +22,7 @@ import pytest
 from anarchon.engine import Job, Scheduler
 from anarchon.engine.backend import ClaimRequest, TakeoverRequest
 from anarchon.engine.backends.sqlite import SqliteBackend
-from anarchon.engine.model import ClaimOutcome, Overlap, RunState
+from anarchon.engine.model import ClaimOutcome, Overlap, Run, RunState
 from anarchon.kube import client as kube_client
 from anarchon.kube.client import ApiException, Kube, connect
 from anarchon.kube.events import EventPoster
@@ -157,6 +157,33 @@ async def test_a_run_given_up_by_a_backup_that_died_is_closed(
 
     run = cluster.get("anarchonrun", name)["status"]
     assert run["phase"] == "Interrupted" and run.get("finishTime"), run
+    assert await _live_pods(kube, spec, name) == [], "no run says Interrupted while its Pod runs on"
+
+
+async def test_a_run_the_store_gave_up_at_a_takeover_has_its_live_pod_stopped_first(
+    kube: Kube, spec: JobSpec, cluster: Cluster
+) -> None:
+    """The store gives a resumable run up only after MAX_TAKEOVERS takeovers (runners failing in
+    a loop), whatever its Pod does: the backup that found no attempt left deletes the live Pod
+    before it writes the run Interrupted. Before, the Pod was left to run on."""
+    from anarchon.kube.listener import OperatorListener
+    from anarchon.kube.metrics import Metrics
+
+    name = await _open_run_with_a_live_pod(kube, spec, OLD_SLOT)
+    listener = OperatorListener(Metrics(lambda: 0), kube, EventPoster(kube), instance_id="me")
+    listener.bind(lambda job: spec, _no_refresh, _no_missed)
+    now = int(time.time() * 1000)
+    key = engine_key(spec.namespace, spec.name, spec.uid)
+    message = "gave up after attempt 1000 of 1000: lease expired"
+    listener.run_interrupted_final(Run(key, OLD_SLOT, RunState.INTERRUPTED, 1000, "me", "t", now, now, now, message))
+
+    def ended() -> dict[str, Any] | None:
+        status = cluster.get("anarchonrun", name).get("status") or {}
+        return status if status.get("finishTime") else None
+
+    run = await until_async("the run ended", ended, timeout=30)
+    assert (run["phase"], run["message"]) == ("Interrupted", message), run
+    assert await _live_pods(kube, spec, name) == [], "no run says Interrupted while its Pod runs on"
 
 
 async def test_a_run_the_store_ended_just_now_is_left_to_whoever_ended_it(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import time
 
+from tests.faults.apiproxy import ApiFaultProxy, Fault
 from tests.harness.cluster import Cluster, Replicas, job_manifest
 from tests.harness.until import until
 
@@ -56,6 +57,27 @@ def test_sigterm_hands_the_running_run_over_without_using_an_attempt(
     )[0]
     assert final["phase"] == "Succeeded", final
     assert len(cluster.pods(f"anarchon.io/run={run['metadata']['name']}")) == 1
+
+
+def test_a_replica_stopped_while_its_runs_status_write_waits_writes_the_job_status(
+    cluster: Cluster, replicas_factory, store: str, control_plane
+) -> None:
+    """The run's Running status is applied but its reply lost (the runner retries it) and the
+    replica is stopped then: the job's status still gets the active run before the replica
+    exits. Before, the refresh was asked for only after the write's reply, so a SIGTERM in
+    between left the job saying nothing was active (seen once as a flake of the test below)."""
+    replicas: Replicas = replicas_factory(store)
+    with ApiFaultProxy(control_plane) as proxy:
+        replicas.start("replica-0", "--kubeconfig", str(proxy.kubeconfig))
+        cluster.apply(job_manifest("owed2", every="1h", suspend=True, annotations={"anarchon.test/run-seconds": "30"}))
+        until("the job Ready", lambda: (cluster.get("anarchonjob", "owed2").get("status") or {}).get("conditions"))
+        lost = proxy.add(Fault("lost_reply", resource="anarchonruns", subresource="status"))
+        run = cluster.trigger_running("owed2")
+        assert lost.fired
+        replicas.kill("replica-0", signal.SIGTERM)
+        assert replicas.procs["replica-0"].returncode == 0
+    active = (cluster.get("anarchonjob", "owed2").get("status") or {}).get("active") or []
+    assert [a["name"] for a in active] == [run["metadata"]["name"]], active
 
 
 def test_a_stopping_replica_writes_the_job_status_it_still_owes(cluster: Cluster, replicas_factory, store: str) -> None:

@@ -177,3 +177,66 @@ def test_a_store_restarted_empty_neither_launches_beside_a_live_pod_nor_leaves_a
     assert numbers == sorted(set(numbers)) and numbers[-1] >= 3, f"attempts go on above 2: {numbers}"
     skipped = [_status(r) for r in cluster.runs("forgotten") if _status(r).get("phase") == "Skipped"]
     assert skipped, "the slots due meanwhile are Skipped"
+
+
+def test_catch_up_after_a_store_restarted_empty_while_no_replica_ran(
+    cluster: Cluster, replicas_factory, forgetful_redis: RedisServer
+) -> None:
+    """catchUp All: the only replica stops, Redis restarts without its data, slots are due
+    meanwhile; the replica that comes back runs them, counting from the newest AnarchonRun.
+    Before, the empty store read as "nothing ran": the slots were neither run nor reported."""
+    replicas: Replicas = replicas_factory(forgetful_redis.url)
+    replicas.start("replica-0")
+    cluster.apply(job_manifest("forgetting", every="3s", catchUp={"policy": "All"}))
+    until(
+        "a run that succeeded",
+        lambda: [r for r in cluster.runs("forgetting") if _status(r).get("phase") == "Succeeded"],
+        timeout=60,
+    )
+    replicas.kill("replica-0", signal.SIGTERM)
+    newest = max(int(r["spec"]["slot"]) for r in cluster.runs("forgetting"))
+    forgetful_redis.restart()
+    time.sleep(8)  # two or three slots, due while no replica runs
+    back = int(time.time() * 1000)
+    replicas.start("replica-0")
+    missed = list(range(newest + 3000, back - 3000 + 1, 3000))
+    assert len(missed) >= 2, (newest, back)
+
+    def caught_up() -> list[int]:
+        ran = {int(r["spec"]["slot"]): r for r in cluster.runs("forgetting")}
+        return [s for s in missed if s not in ran or not _status(ran[s]).get("finishTime")]
+
+    until("the missed slots run", lambda: not caught_up(), timeout=60)
+    by_slot = {int(r["spec"]["slot"]): r for r in cluster.runs("forgetting")}
+    assert {by_slot[s]["spec"]["trigger"] for s in missed} == {"CatchUp"}
+    assert {_status(by_slot[s])["phase"] for s in missed} == {"Succeeded"}
+
+
+def test_a_takeover_after_the_store_forgot_the_run_is_numbered_after_the_runs_object(
+    cluster: Cluster, replicas_factory, forgetful_redis: RedisServer
+) -> None:
+    """Redis restarts empty under a running run, which is claimed again (the store counts 1,
+    the object 2); then its runner is killed and a backup takes it over (the store counts 2).
+    The TakeOver Event names the attempt the run's object records (3). Before, it named the
+    store's number, below the object's."""
+    replicas: Replicas = replicas_factory(forgetful_redis.url)
+    for i in range(2):  # a suspended job's open runs are mended at each resync: make it short
+        replicas.start(f"replica-{i}", "--resync", "2s")
+    cluster.apply(job_manifest("renumbered", every="1h", suspend=True, annotations={RUN_SECONDS: "40"}))
+    run = cluster.trigger_running("renumbered")
+    name = run["metadata"]["name"]
+    runner = _runner_of(cluster, "renumbered", 1)
+    replicas.kill(runner, signal.SIGKILL)
+    forgetful_redis.restart()
+    replicas.start(runner, "--resync", "2s")
+    runner = _runner_of(cluster, "renumbered", 2)
+    replicas.kill(runner, signal.SIGKILL)
+    replicas.start(runner, "--resync", "2s")
+    _runner_of(cluster, "renumbered", 3)
+    messages = until(
+        "the TakeOver Event",
+        lambda: [e["message"] for e in cluster.events("TakeOver") if name in e["message"]],
+        timeout=30,
+    )
+    assert any(f"run {name}: attempt 3 taken over by" in m for m in messages), messages
+    assert not any("attempt 1 " in m or "attempt 2 " in m for m in messages), messages

@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .backend import ClaimRequest, LeaseStore
-from .clock import Clock
+from .clock import Clock, timer
+from .durations import format_duration
 from .errors import (
     RunCancelled,
     RunFailed,
@@ -107,7 +108,7 @@ class AttemptRunner:
 
         async def beat() -> tuple[bool, int]:
             now = self.clock.now_ms()
-            return await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, opts.lease_ms), now
+            return await self._beat(now), now
 
         try:
             # A store error is not an answer: try again while the lease we hold lasts.
@@ -365,26 +366,52 @@ class AttemptRunner:
             task.cancel()
             await asyncio.wait({task}, timeout=self.options.stop_grace_ms / 1000)
 
+    async def _beat(self, now: int) -> bool:
+        """One heartbeat at ``now``, waited for until the next one is due, and no longer.
+
+        A store call that gets no reply ends only at the store client's own timeout (seconds,
+        and a connection's worth of them on PostgreSQL): waited for, it held the next beat
+        back by as much, and two such beats lost a lease that was fine. Given up at the next
+        beat (the call is cancelled: its batch, if nobody else waits for it, and its
+        connection go), it raises StoreError and the next beat goes out at once.
+        """
+        ctx, opts = self.ctx, self.options
+        call = asyncio.ensure_future(self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, opts.lease_ms))
+        due = timer(self.clock, now + opts.heartbeat_ms)
+        try:
+            first: list[asyncio.Future[Any]] = [call, due]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            due.cancel()
+            if not call.done():
+                call.cancel()
+                # A store client may end the call with its own error after all: read, not logged.
+                call.add_done_callback(lambda c: c.cancelled() or c.exception())
+        if not call.done():
+            raise StoreError(f"no answer within a heartbeat ({format_duration(opts.heartbeat_ms)})")
+        return call.result()
+
     async def _heartbeats(self) -> None:
         """Push the lease forward every heartbeat while the handler is alive.
 
         The claim or takeover that started the attempt set the lease: the first beat is due a
         heartbeat after that, like every other (one store call per run fewer than a beat at
-        once, which pushed a lease set a moment before).
+        once, which pushed a lease set a moment before). Beats are a heartbeat apart from
+        start to start, however long the store took to answer the last one.
         """
         ctx = self.ctx
         opts = self.options
-        wait_ms = self._lease_until_ms - opts.lease_ms + opts.heartbeat_ms - self.clock.now_ms()
+        next_ms = self._lease_until_ms - opts.lease_ms + opts.heartbeat_ms
         while not self._beats_over:
-            if wait_ms > 0:
+            if (wait_ms := next_ms - self.clock.now_ms()) > 0:
                 await self.clock.sleep(wait_ms)
                 if self._beats_over:
                     return
-            wait_ms = opts.heartbeat_ms
             now = self.clock.now_ms()
+            next_ms = now + opts.heartbeat_ms
             try:
                 if ctx.alive and self.held() is None:
-                    ok = await self.backend.heartbeat(ctx.job, ctx.slot, ctx.token, now, opts.lease_ms)
+                    ok = await self._beat(now)
                     if ok:
                         self._lease_until_ms = now + opts.lease_ms
                 else:

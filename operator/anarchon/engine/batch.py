@@ -19,6 +19,7 @@ pool had and heartbeats failed, leases ran out and backups took over runs that w
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -70,6 +71,9 @@ class ClaimBatcher:
         _answer(batch, answers, lambda: StoreError(f"{self.backend.capabilities.name}: no answer for this claim"))
 
 
+#: A heartbeat as a store sends it in a batch: job, slot, token, now_ms and the lease's new end (ms).
+Beat = tuple[str, int, str, int, int]
+
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -80,7 +84,11 @@ class Coalescer(Generic[A, R]):
 
     ``send`` answers a batch's calls in order, each with its result or its exception; an
     exception of ``send`` itself is each call's. A caller cancelled before its batch went out
-    is left out of it (it would be sent for nobody); once sent, its call stands.
+    is left out of it (it would be sent for nobody). A batch out whose callers all gave up (a
+    heartbeat that waited as long as it could) is cancelled and frees its slot at once, so
+    that the calls made after it never wait behind it: a stalled batch would otherwise hold
+    its slot (and its connection) until the store's own timeout, long past the heartbeat of
+    the runs it carries. Its calls may then have been applied or not, as after a lost reply.
     """
 
     def __init__(
@@ -94,21 +102,35 @@ class Coalescer(Generic[A, R]):
         self.in_flight = in_flight
         self.most = most
         self._pending: list[tuple[A, asyncio.Future[R]]] = []
-        self._out: set[asyncio.Task[None]] = set()
+        #: Each batch out, with its callers' answers.
+        self._out: dict[asyncio.Task[None], list[asyncio.Future[R]]] = {}
 
     async def __call__(self, arg: A) -> R:
         answer: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((arg, answer))
-        if len(self._out) < self.in_flight:
-            self._send_pending()
+        self._send_pending()
         return await answer
 
     def _send_pending(self) -> None:
+        if len(self._out) >= self.in_flight:
+            return
         waiting = [(arg, answer) for arg, answer in self._pending if not answer.done()]
         batch, self._pending = waiting[: self.most], waiting[self.most :]
         if batch:
             task = asyncio.create_task(self._send(batch), name=f"anarchon-batch:{len(batch)}")
-            self._out.add(task)
+            answers = self._out[task] = [answer for _, answer in batch]
+            gone = functools.partial(self._abandoned, task)
+            for answer in answers:
+                answer.add_done_callback(gone)
+
+    def _abandoned(self, task: asyncio.Task[None], _: object) -> None:
+        """A caller of ``task``'s batch got its answer or gave up: once all gave up, the batch goes."""
+        answers = self._out.get(task)
+        if answers is None or not all(answer.cancelled() for answer in answers):
+            return
+        del self._out[task]
+        task.cancel()
+        self._send_pending()
 
     async def _send(self, batch: list[tuple[A, asyncio.Future[R]]]) -> None:
         try:
@@ -118,12 +140,11 @@ class Coalescer(Generic[A, R]):
                 answers = [exc] * len(batch)
             _answer(batch, answers, lambda: RuntimeError("no answer for this call in its batch"))
         finally:
-            self._out.discard(asyncio.current_task())
+            self._out.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             for _, answer in batch:  # cancelled: this batch's callers do not wait for ever
                 if not answer.done():
                     answer.cancel()
-            if self._pending:
-                self._send_pending()
+            self._send_pending()
 
 
 def _answer(

@@ -296,6 +296,10 @@ class Job:
     #: it has run out, so that other instances (of another cluster, which can) take them. The
     #: operator holds a shared job back while its API server is out of reach (:mod:`anarchon.kube.reach`).
     held: Callable[[], str | None] | None = field(default=None, compare=False)
+    #: The newest slot the handler's own durable record holds (the operator's newest
+    #: AnarchonRun), or None. Catch-up starts from it when the store has no history of the
+    #: job: a store that lost its state while no instance ran has forgotten what ran.
+    recorded: Callable[[], Awaitable[int | None]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200 or any(c.isspace() for c in self.name):

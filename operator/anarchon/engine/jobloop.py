@@ -361,10 +361,27 @@ class JobLoop:
         job = self._job
         last = await self._retry("last_slot", lambda: backend.last_slot(job.name))
         if last is None:
-            return now  # no history of this job: nothing was missed
+            # No history in the store: a new job, or a store that lost its state while no
+            # instance ran. Then the handler's own record is the base, and the schedule the
+            # store just noted as new has been in force since that run.
+            last = await self._recorded_slot()
+            if last is None:
+                return now  # nothing ran: nothing was missed
+            since = last + 1
         base = max(last, since - 1, now - opts.catch_up_window_ms)
         self._catch_up(await _slots_between(job.schedule, base, now), why)
         return now
+
+    async def _recorded_slot(self) -> int | None:
+        """The newest slot of the handler's durable record; None without one, or if it cannot be read
+        (logged: the catch-up it would have based is lost, the job runs on from now)."""
+        if self._job.recorded is None:
+            return None
+        try:
+            return await self._job.recorded()
+        except Exception as exc:
+            log.warning("%s: reading the newest recorded run failed: %s: %s", self._job.name, type(exc).__name__, exc)
+            return None
 
     def _catch_up(self, missed: list[int], why: str) -> None:
         """Run the missed slots the catch-up policy chooses; report the others as missed."""

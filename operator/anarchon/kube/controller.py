@@ -177,11 +177,19 @@ class JobController:
     def _job(self, spec: JobSpec) -> Job:
         """The engine's job of ``spec``. A shared job is suspended while the clusters sharing it follow
         another spec, and held back while this replica's API server is out of reach (:mod:`.reach`)."""
+        key = spec.key
         if not spec.shared_name:
-            return Job(spec.key, spec.schedule, self._runner(spec.key), spec.options)
-        verdict = self.shared.verdict(spec.key)
+            return Job(key, spec.schedule, self._runner(key), spec.options, recorded=lambda: self._newest_slot(key))
+        verdict = self.shared.verdict(key)
         options = replace(spec.options, suspend=True) if verdict is not None and verdict.waits else spec.options
-        return Job(spec.key, spec.schedule, self._runner(spec.key), options, held=self.kube.reach.held)
+        return Job(
+            key,
+            spec.schedule,
+            self._runner(key),
+            options,
+            recorded=lambda: self._newest_slot(key),
+            held=self.kube.reach.held,
+        )
 
     async def _show_elsewhere(self, spec: JobSpec) -> None:
         """The runs of the shared job that ran in other clusters get their light objects here (:mod:`.elsewhere`)."""
@@ -261,6 +269,10 @@ class JobController:
                     await self.events.about(spec, reason=STORE_NOT_SHARED, message=why, warning=True)
 
     # -- runs ------------------------------------------------------------------------------------
+
+    async def _newest_slot(self, key: str) -> int | None:
+        spec = self.specs.get(key)
+        return None if spec is None else await self.status.newest_slot(spec)
 
     def _runner(self, key: str) -> PodRunner:
         sharing = self.sharing

@@ -30,6 +30,7 @@ from .events import EventPoster
 from .metrics import Metrics, MetricsListener
 from .run import record
 from .run.cache import RunCache
+from .run.replaced import end_given_up
 from .spec import JobSpec, run_name, slot_time
 
 log = logging.getLogger("anarchon.kube.listener")
@@ -185,29 +186,17 @@ class OperatorListener(MetricsListener):
         if spec is not None and self._note_missed is not None:
             self.spawn(self._note_missed(spec, slots, reason))
 
-    def took_over(self, job: str, slot: int, attempt: int, previous_instance: str | None) -> None:
-        super().took_over(job, slot, attempt, previous_instance)
-        me = self.instance_id
-        self._event(
-            job,
-            "TakeOver",
-            lambda spec: (
-                f"run {run_name(spec.name, slot)}: attempt {attempt} taken over by {me} from {previous_instance}"
-            ),
-            warning=True,
-        )
-
     def run_interrupted_final(self, run: Run) -> None:
         super().run_interrupted_final(run)
         message = run.error or f"interrupted after attempt {run.attempt}"
         spec = self._spec(run.job)
         if spec is not None:
-            self.spawn(self._given_up(spec, run.slot, run.attempt, message))
+            self.spawn(self._given_up(spec, run.slot, message))
         self._event(
             run.job, "RunInterrupted", lambda spec: f"run {run_name(spec.name, run.slot)}: {message}", warning=True
         )
 
-    async def _given_up(self, spec: JobSpec, slot: int, attempt: int, message: str) -> None:
-        await record.record_given_up(self.kube, spec, slot, attempt, message)
+    async def _given_up(self, spec: JobSpec, slot: int, message: str) -> None:
+        await end_given_up(self.kube, spec.namespace, run_name(spec.name, slot), message)
         if self._refresh_status is not None:
             await self._refresh_status(spec)

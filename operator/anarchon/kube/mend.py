@@ -40,8 +40,8 @@ from ..engine.shared import cluster_of
 from .client import Kube
 from .pods import pods_of_run
 from .run import record
-from .run.replaced import end_replaced
-from .spec import JobSpec, run_name
+from .run.replaced import end_given_up, end_replaced
+from .spec import JobSpec, ms_of, run_name
 
 log = logging.getLogger("anarchon.kube.mend")
 
@@ -50,6 +50,16 @@ def open_run(item: dict[str, Any]) -> bool:
     """The object does not say the run is over: it runs, waits between attempts, or has no status
     yet (its creator died between the create and the first status write)."""
     return not record.ended(item.get("status") or {})
+
+
+def claimed_since(item: dict[str, Any]) -> int:
+    """Since when the run has been claimed, at the earliest (ms): a run is claimed at its slot at
+    the earliest, but a manual run of a slot still to come (``trigger --at`` a later time) is
+    claimed when it is asked for, as its object is created; a claim of that slot would
+    otherwise be left alone until the slot came."""
+    slot = int(item["spec"]["slot"])
+    created = ms_of((item.get("metadata") or {}).get("creationTimestamp"))
+    return slot if created is None else min(slot, created)
 
 
 async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
@@ -65,10 +75,10 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
     mended = []
     for item in items:
         slot = int(item["spec"]["slot"])
-        if slot in mine or not open_run(item) or now - slot < grace_ms:
-            # A run is claimed at its slot at the earliest: one younger than a lease was ended in
-            # the store less than a lease ago, if at all, and is left alone below. No store read
-            # for it (every refresh and resync finds most runs open).
+        if slot in mine or not open_run(item) or now - claimed_since(item) < grace_ms:
+            # A run claimed less than a lease ago was ended in the store less than a lease ago,
+            # if at all, and is left alone below. No store read for it (every refresh and
+            # resync finds most runs open).
             continue
         run = await backend.get_run(key, slot)
         if run is None:
@@ -163,6 +173,9 @@ async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:
     if run.state is RunState.INTERRUPTED and message.startswith(REPLACED_BY):
         pods = [p["metadata"]["name"] for p in await pods_of_run(kube, spec.namespace, name)]
         await end_replaced(kube, spec.namespace, name, pods, message)
+        return
+    if run.state is RunState.INTERRUPTED:
+        await end_given_up(kube, spec.namespace, name, message)  # its Pod may live: it goes first
         return
     await record.update_status(
         kube,

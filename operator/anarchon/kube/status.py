@@ -266,6 +266,12 @@ class JobStatus:
             return cached
         return await record.list_runs(self.kube, spec.namespace, spec.name)
 
+    async def newest_slot(self, spec: JobSpec) -> int | None:
+        """The slot of the job's newest AnarchonRun: the base of catch-up when the store has
+        no history of the job (it lost its state while no replica ran)."""
+        items = await self._runs_of(spec)
+        return int((items[-1].get("spec") or {}).get("slot") or 0) if items else None
+
     async def invalid(
         self,
         namespace: str,

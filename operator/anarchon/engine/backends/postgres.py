@@ -15,15 +15,16 @@ Semantics. Every operation does exactly what :mod:`anarchon.engine.transitions` 
 conformance suite holds this backend to the same tests as the SQLite reference. The logic
 lives in the server rather than in Python for speed: a claim is ONE round trip to a
 PL/pgSQL function (the claims due together, one call of a function that makes each claim in
-turn), heartbeat/finish/release are one ``UPDATE`` each, and a takeover is one call to a
-function. Claims must also be atomic *across slots* of a job (overlap Skip:
-two different slots of the same job claimed at once must not both run), which a primary
-key alone cannot give; the claim function takes a per-job ``pg_advisory_xact_lock``, so
-claims of one job are serialized while claims of different jobs never wait for each other.
-Heartbeat, finish, release and takeover are single-row ``UPDATE``s whose ``WHERE`` carries
-the whole precondition (token, active state, expired lease): PostgreSQL re-checks it on
-the newest row version after waiting for a concurrent writer, which makes fencing and
-exactly-one-takeover hold without any lock of ours.
+turn), the heartbeats out together one ``UPDATE`` (:class:`~anarchon.engine.batch.Coalescer`),
+finish and release one ``UPDATE`` each, and a takeover is one call to a function. Claims
+must also be atomic *across slots* of a job (overlap Skip: two different slots of the same
+job claimed at once must not both run), which a primary key alone cannot give; the claim
+function takes a per-job ``pg_advisory_xact_lock``, so claims of one job are serialized
+while claims of different jobs never wait for each other. Heartbeat, finish, release and
+takeover are ``UPDATE``s whose ``WHERE`` carries the whole precondition of each row (token,
+active state, expired lease): PostgreSQL re-checks it on the newest row version after
+waiting for a concurrent writer, which makes fencing and exactly-one-takeover hold without
+any lock of ours.
 
 Requirements: PostgreSQL 11 or newer (``hashtextextended``), psycopg 3.1 or newer.
 
@@ -54,6 +55,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
+from ..batch import Beat, Coalescer
 from ..errors import ConfigError, StoreError
 from ..model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
 from ..shared import SharedSide, note_side
@@ -266,6 +268,19 @@ $fn$;
 _FENCE = "job = %s AND slot = %s AND token = %s AND state IN ('Claimed', 'Running')"
 
 
+async def _end(task: asyncio.Future[Any]) -> None:
+    """Interrupt a psycopg call, and once more after :data:`CANCEL_GRACE_S`; return once it ended.
+
+    Its outcome is read here: the caller says what happened (a timeout, a cancellation).
+    """
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task})
+
+
 def _claim_result(rows: Sequence[Sequence[Any]]) -> ClaimResult:
     """A claim's answer from the claim function's rows (role, then the run's columns)."""
     decided = [r for r in rows if r[0] != "replaced"]
@@ -399,9 +414,15 @@ class PostgresBackend(LeaseBackend):
             "SELECT * FROM {takeover_fn}(%s::text, %s::bigint, %s::text, %s::text, %s::text,"
             " %s::bigint, %s::bigint, %s::integer)"
         )
-        self._q_heartbeat = q(
-            "UPDATE {runs} SET state = 'Running', lease_until = GREATEST(lease_until, %s::bigint + %s::bigint),"
-            f" updated = %s::bigint WHERE {_FENCE}"
+        # The heartbeats out together, in one statement: each row of the batch pushes its run's
+        # lease if its token still holds the run (the same fence as one heartbeat); the runs it
+        # pushed come back, and a beat whose run did not was fenced off.
+        self._q_heartbeat_many = q(
+            "UPDATE {runs} AS r SET state = 'Running', lease_until = GREATEST(r.lease_until, b.until), updated = b.now"
+            " FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[])"
+            " AS b(job, slot, token, now, until)"
+            " WHERE r.job = b.job AND r.slot = b.slot AND r.token = b.token AND r.state IN ('Claimed', 'Running')"
+            " RETURNING r.job, r.slot, r.token"
         )
         self._q_finish = q(
             "UPDATE {runs} SET attempts = {close_fn}(attempts, %s::bigint, %s::text, %s::text),"
@@ -472,6 +493,8 @@ class PostgresBackend(LeaseBackend):
         self._idle: list[Conn] = []
         self._lease_slots = asyncio.Semaphore(LEASE_CONNECTIONS)
         self._lease_idle: list[Conn] = []
+        #: Heartbeats of many runs at once go out together: one statement, one connection.
+        self._beats = Coalescer(self._heartbeat_many, in_flight=LEASE_CONNECTIONS)
         self._closed = False
 
     # -- connections --------------------------------------------------------------------
@@ -547,24 +570,24 @@ class PostgresBackend(LeaseBackend):
         statement to end, up to 5 s each. A frozen server answers neither, and the call would
         last 10 s past its timeout: after :data:`CANCEL_GRACE_S` it is interrupted once more,
         and psycopg closes the connection (psycopg#1435). Raises TimeoutError.
+
+        A caller that gives up first (a heartbeat whose next one is due) has the call ended the
+        same way before its connection is closed: closed under a call still waiting on its
+        socket, the descriptor went to the next connection, and the old call's wait broke the
+        new connection's next call ("connection socket closed").
         """
         if self._command_timeout_s is None:
             return await call
         task = asyncio.ensure_future(call)
         try:
             done, _ = await asyncio.wait({task}, timeout=self._command_timeout_s)
-            if task in done:
-                return task.result()
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
-            if not done:
-                task.cancel()
-                await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # retrieved: the TimeoutError below says what happened
-            raise TimeoutError
-        finally:
-            task.cancel()  # a no-op once it ended; else we were cancelled ourselves
+        except asyncio.CancelledError:
+            await _end(task)
+            raise
+        if task in done:
+            return task.result()
+        await _end(task)
+        raise TimeoutError
 
     async def _rows(self, query: bytes, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def op(conn: Conn) -> list[tuple[Any, ...]]:
@@ -668,7 +691,27 @@ class PostgresBackend(LeaseBackend):
         return await self._call(self._q_takeover, request, request.max_attempts)
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
-        return await self._rowcount(self._q_heartbeat, (now_ms, lease_ms, now_ms, job, slot, token), lease=True) == 1
+        return await self._beats((job, slot, token, now_ms, now_ms + lease_ms))
+
+    async def _heartbeat_many(self, beats: list[Beat]) -> list[bool | BaseException]:
+        """The heartbeats out together (:class:`~anarchon.engine.batch.Coalescer`): one
+        ``UPDATE`` on a lease connection, whatever their number; True for each beat whose
+        token still held its run (the others were fenced off, each on its own).
+
+        The beats are sent in ``(job, slot)`` order, so that two batches that meet on rows
+        lock them in the same order; a beat twice in a batch is sent once, the latest.
+        """
+        latest: dict[tuple[str, int, str], Beat] = {}
+        for beat in sorted(beats, key=lambda b: (b[0], b[1], b[3])):
+            latest[beat[:3]] = beat
+        params = tuple([beat[i] for beat in latest.values()] for i in range(5))
+
+        async def op(conn: Conn) -> set[tuple[str, int, str]]:
+            cur = await conn.execute(self._q_heartbeat_many, params)
+            return {(str(job), int(slot), str(token)) for job, slot, token in await cur.fetchall()}
+
+        pushed = await self._run(op, lease=True)
+        return [beat[:3] in pushed for beat in beats]
 
     async def finish(
         self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from .. import transitions
 from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
+from ..batch import Beat, Coalescer
 from ..errors import StoreError
 from ..model import Attempt, ClaimResult, Run, RunState
 from ..shared import SharedSide, note_side
@@ -125,6 +126,8 @@ class SqliteBackend(LeaseBackend):
         # A caller that is cancelled cannot stop a statement already running in that thread,
         # and with a single worker nothing else can touch the connection meanwhile.
         self._executor: ThreadPoolExecutor | None = None
+        #: Heartbeats made while one transaction of them is out go together in the next.
+        self._beats = Coalescer(self._heartbeat_many, in_flight=1)
 
     def _connect(self) -> sqlite3.Connection:
         if self.path not in ("", ":memory:"):
@@ -276,7 +279,22 @@ class SqliteBackend(LeaseBackend):
         return await self._call(self._tx(work))
 
     async def heartbeat(self, job: str, slot: int, token: str, now_ms: int, lease_ms: int) -> bool:
-        return await self._update(job, slot, lambda run: transitions.heartbeat(run, token, now_ms, lease_ms))
+        return await self._beats((job, slot, token, now_ms, now_ms + lease_ms))
+
+    async def _heartbeat_many(self, beats: list[Beat]) -> list[bool | BaseException]:
+        """The heartbeats out together (:class:`~anarchon.engine.batch.Coalescer`): one
+        transaction, each beat exactly one heartbeat (its own fence, its own answer)."""
+
+        def work(conn: sqlite3.Connection) -> list[bool | BaseException]:
+            answers: list[bool | BaseException] = []
+            for job, slot, token, now_ms, until_ms in beats:
+                run = transitions.heartbeat(self._get(conn, job, slot), token, now_ms, until_ms - now_ms)
+                if run is not None:
+                    self._put(conn, [run])
+                answers.append(run is not None)
+            return answers
+
+        return await self._call(self._tx(work))
 
     async def finish(
         self, job: str, slot: int, token: str, now_ms: int, outcome: RunState, error: str | None = None

@@ -695,22 +695,6 @@ def cancel_of(run: dict[str, Any] | None) -> Cancel | None:
     return Cancel(reason, by)
 
 
-async def record_given_up(kube: Kube, spec: JobSpec, slot: int, attempt: int, message: str) -> bool:
-    """The store ended the run after its last attempt: its object says so, with a finish time.
-
-    Written by the backup that found no attempt left, not by the runner (which may be dead):
-    the attempt guard is the last attempt's number, so only a stale write of an older attempt
-    is refused. The last attempt's Pod, if it still lives, is left alone; it goes with the run.
-    """
-    return await update_status(
-        kube,
-        spec.namespace,
-        run_name(spec.name, slot),
-        attempt,
-        lambda s: end_attempt(s, attempt=attempt, outcome=RunState.INTERRUPTED, message=message, final=True),
-    )
-
-
 async def record_skipped(
     kube: Kube, spec: JobSpec, slot: int, reason: str, cause: Cause = Cause.SCHEDULE, *, instance: str
 ) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 
 from ...engine import Overlap, RunCancelled, RunContext, RunFailed, RunGivenUp, RunInterrupted, RunSkipped, RunState
 from ...engine.attempt import SHUTDOWN
-from ..client import ApiException, Kube, transient
+from ..client import ApiException, Kube, in_background, transient
 from ..events import EventPoster
 from ..pods import PodFate
 from ..podwatch import PodWatch, interest_in
@@ -108,6 +108,7 @@ class PodRunner:
         self.on_change = on_change
         self.cancels = cancels  # a run's cancel, as the run cache's watch brings it (see RunCache.cancels)
         self.wiring = Wiring(kube, events, pod_watch, on_launch, wrote, runs_of, store_shared, poll_s, resync_s)
+        self._posts: set[asyncio.Future[None]] = set()  # Events on their way (best effort, never awaited)
 
     async def __call__(self, ctx: RunContext) -> None:
         try:
@@ -134,10 +135,24 @@ class PodRunner:
             held.noted(run)
             status: record.Status = dict(run.get("status") or {})
             await _number_after_record(held, status)
+            if ctx.previous is not None:
+                self._took_over(held)
             if record.ended(status):
                 _end_as_recorded(ctx, status)
                 return
             await self._attempt_with(held, uid_of(run), status)
+
+    def _took_over(self, held: Held) -> None:
+        """Say so on the job, in the background: posted here, once the attempt is numbered after
+        the run's object (the store's number is below it after the store lost its state)."""
+        ctx = held.ctx
+        previous = ctx.previous.instance if ctx.previous is not None else None
+        message = f"run {held.name}: attempt {ctx.attempt} taken over by {ctx.instance} from {previous}"
+        task = asyncio.ensure_future(
+            in_background(held.events.about(held.spec, reason="TakeOver", warning=True, message=message))
+        )
+        self._posts.add(task)
+        task.add_done_callback(self._posts.discard)
 
     def _cancel_of(self, namespace: str, name: str) -> contextlib.AbstractContextManager[CancelWake]:
         """The run's cancel while the attempt runs: the run cache's, or one only the run's own reads set."""
@@ -166,6 +181,9 @@ class PodRunner:
             # Watched from before its launch, a Pod needs no read after it: its create's reply is
             # its state then, and every change since reaches ``since``.
             with interest_in(held.wiring.pod_watch, spec.namespace, pod_name(name, try_number)) as since:
+                # Asked for before the launch as well: a replica stopped while the launch's writes
+                # wait for their replies still owes the job's status this run (it flushes it).
+                await self._changed(spec, ended=False)
                 view, new = await adopt_or_launch(held, run_uid, try_number, existing, next_try_at)
                 await self._changed(spec, ended=False)
                 try:
