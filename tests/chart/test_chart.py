@@ -119,6 +119,12 @@ def test_hard_anti_affinity() -> None:
     assert list(anti) == ["requiredDuringSchedulingIgnoredDuringExecution"]
 
 
+def test_cluster_name_leads_the_instance_ids() -> None:
+    """``clusterName`` becomes ``--cluster-name`` (jobs shared between clusters need it: docs/multicluster.md)."""
+    c = container(one(rendered({"clusterName": "europe-west"}), "Deployment"))
+    assert "--cluster-name=europe-west" in c["args"]
+
+
 def test_security_context_read_only_root_and_writable_volumes() -> None:
     dep = one(rendered(), "Deployment")
     pod = dep["spec"]["template"]["spec"]
@@ -146,6 +152,7 @@ def test_operator_command_ports_probes_and_identity() -> None:
     assert "--log-format=json" in c["args"]
     assert "--resync=30s" in c["args"]
     assert "--store-check=10s" in c["args"]
+    assert not [a for a in c["args"] if a.startswith("--cluster-name")]  # none unless clusterName is set
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     for probe in ("startupProbe", "livenessProbe"):
@@ -437,6 +444,7 @@ def test_a_sqlite_url_renders_with_one_replica_and_another_url_with_any() -> Non
         ({"redis": {"maxmemoryPolicy": "allkeys-lru"}}, "maxmemoryPolicy"),
         ({"operator": {"resync": "soon"}}, "/operator/resync"),
         ({"operator": {"storeCheck": "often"}}, "/operator/storeCheck"),
+        ({"clusterName": "Europe_West"}, "/clusterName"),
     ],
     ids=lambda v: json.dumps(v) if isinstance(v, dict) else "",
 )

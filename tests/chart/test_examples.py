@@ -15,7 +15,14 @@ from controlplane import ControlPlane
 
 from tests.chart.chartlib import EXAMPLES, kubeconform
 
-EXPECTED = {"cron-timezone.yaml", "every-10s.yaml", "fenced-writes.yaml", "forbid-overlap.yaml", "long-takeover.yaml"}
+EXPECTED = {
+    "cron-timezone.yaml",
+    "every-10s.yaml",
+    "fenced-writes.yaml",
+    "forbid-overlap.yaml",
+    "long-takeover.yaml",
+    "shared-report.yaml",
+}
 #: Every file, not only *.yaml: each must be an example that applies.
 FILES = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
 
@@ -44,6 +51,8 @@ def test_examples_show_their_scenarios() -> None:
     cron = spec("cron-timezone.yaml")
     assert "cron" in cron and cron["timeZone"] not in (None, "UTC")
     assert spec("forbid-overlap.yaml")["overlap"] == "Skip"
+    shared = spec("shared-report.yaml")
+    assert shared["sharedName"] and shared["crossCluster"] == "Relaunch"
     long = spec("long-takeover.yaml")
     assert {"heartbeat", "lease", "maxAttempts"} <= long.keys()
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anarchon.engine import ClaimRequest, ClaimResult, LeaseBackend, Run, RunState, StoreError, TakeoverRequest
+from anarchon.engine.shared import SharedSide
 
 
 @dataclass
@@ -137,6 +138,17 @@ class FaultyStore(LeaseBackend):
     async def forget_unserved(self, before_ms: int) -> list[str]:
         gone: list[str] = await self._through("forget_unserved", lambda: self.inner.forget_unserved(before_ms))
         return gone
+
+    async def note_shared_spec(
+        self, job: str, cluster: str, fingerprint: str, now_ms: int, ttl_ms: int
+    ) -> list[SharedSide]:
+        sides: list[SharedSide] = await self._through(
+            "note_shared_spec", lambda: self.inner.note_shared_spec(job, cluster, fingerprint, now_ms, ttl_ms)
+        )
+        return sides
+
+    async def drop_shared_spec(self, job: str, cluster: str) -> None:
+        await self.inner.drop_shared_spec(job, cluster)
 
     async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
         await self._through("note_presence", lambda: self.inner.note_presence(instance, now_ms, ttl_ms))

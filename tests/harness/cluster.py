@@ -204,6 +204,13 @@ def replicas_factory(
         r.stop_all()
 
 
+def ran_here(run: dict[str, Any]) -> bool:
+    """The run ran in the cluster whose object this is: neither a Skipped slot (written wherever a claim
+    was told so) nor the light run of a shared job that ran in another cluster (``status.cluster``)."""
+    status = run.get("status") or {}
+    return status.get("phase") not in (None, "Skipped") and not status.get("cluster")
+
+
 def job_manifest(
     name: str,
     *,

@@ -165,16 +165,19 @@ def wait_established(cp: ControlPlane, *crds: str, timeout: float = 60.0) -> Non
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with both CRDs applied (server-side, so that a test's own apply of them does
     not conflict) and served; the same object as ``control_plane``."""
+    return install_crds(control_plane)
+
+
+def install_crds(cp: ControlPlane) -> ControlPlane:
+    """Apply the project's CRDs on ``cp`` and wait until they are served (a second control plane's too)."""
     for path in (JOB_CRD, RUN_CRD):
-        control_plane.kubectl(
-            "apply", "--server-side", "--force-conflicts", "--field-manager=anarchon-tests", "-f", str(path)
-        )
-    wait_established(control_plane, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
+        cp.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=anarchon-tests", "-f", str(path))
+    wait_established(cp, "anarchonjobs.anarchon.io", "anarchonruns.anarchon.io")
 
     # Discovery is refreshed asynchronously after Established.
     def served(resource: str) -> Callable[[], bool]:
-        return lambda: control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
+        return lambda: cp.kubectl("get", resource, "-A", check=False).returncode == 0
 
     for resource in ("anarchonjobs", "anarchonruns"):
         until(f"{resource} to be served", served(resource))
-    return control_plane
+    return cp

@@ -111,3 +111,8 @@ def test_an_api_concurrency_that_cannot_work(tmp_path: Path, value: str, fragmen
 )
 def test_a_store_check_period_that_cannot_work(tmp_path: Path, value: str, fragment: str) -> None:
     one_line_error(operator(tmp_path, "--store-check", value), 2, "--store-check", fragment)
+
+
+@pytest.mark.parametrize("value", ["Europe_West", "east.1", "a" * 41])
+def test_a_cluster_name_that_cannot_work(tmp_path: Path, value: str) -> None:
+    one_line_error(operator(tmp_path, "--cluster-name", value), 2, "--cluster-name", "lower-case letters, digits")

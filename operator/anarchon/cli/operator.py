@@ -46,6 +46,16 @@ def _api_concurrency(value: str) -> int:
     return n
 
 
+def _cluster_name(value: str) -> str:
+    """``--cluster-name``: a DNS label, as it leads instance ids and label values."""
+    from ..engine.shared import check_cluster_name
+
+    try:
+        return check_cluster_name(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..engine import ConfigError
     from ..kube.api.client import CredentialsError
@@ -66,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         resync_s=args.resync / 1000,
         api_concurrency=args.api_concurrency,
         store_check_s=args.store_check / 1000,
+        cluster_name=args.cluster_name,
     )
     try:
         asyncio.run(run_operator(cfg))
@@ -83,6 +94,13 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     op.add_argument("--namespace", "-n", action="append", help="watch this namespace (repeatable)")
     op.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (the default)")
     op.add_argument("--instance-id", help="this replica's name in history (env ANARCHON_INSTANCE_ID or POD_NAME)")
+    op.add_argument(
+        "--cluster-name",
+        type=_cluster_name,
+        default=os.environ.get("ANARCHON_CLUSTER_NAME") or None,
+        help="this cluster's name, the same for every replica here and unique among the clusters sharing the"
+        " store; it leads the instance ids and lets jobs with spec.sharedName run (env ANARCHON_CLUSTER_NAME)",
+    )
     op.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then in-cluster)")
     op.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     op.add_argument(

@@ -52,6 +52,7 @@ def _ran(slot: int, run: dict[str, Any], spec: JobSpec | None) -> dict[str, Any]
         "trigger": None if cause is None else str(cause),
         "phase": phase or None,
         "winner": winner,
+        "cluster": status.cluster,
         "created": _after(slot, run["metadata"].get("creationTimestamp")),
         "launched": _after(slot, status.start_time),
         "tries": len(status.tries),
@@ -74,6 +75,8 @@ def _ran(slot: int, run: dict[str, Any], spec: JobSpec | None) -> dict[str, Any]
         return record
     record["verdict"] = "ran" if status.ended else "running"
     steps = [f"won by {winner or '?'}" + (f" ({cause} run)" if cause not in (None, Cause.SCHEDULE) else "")]
+    if status.cluster:
+        steps.append(f"ran in cluster {status.cluster} (its Pod is there)")
     if record["created"]:
         jitter = f" (jitter up to {spec.options.jitter_ms / 1000:g}s)" if spec is not None else ""
         steps.append(f"claimed {record['created']}{jitter}")

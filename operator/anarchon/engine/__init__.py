@@ -13,6 +13,7 @@ from .backend import (
     LeaseBackend,
     LeaseStore,
     PresenceStore,
+    SharedSpecStore,
     Store,
     TakeoverRequest,
 )
@@ -33,7 +34,19 @@ from .errors import (
 from .events import EngineListener
 from .job import Handler, Job, JobOptions, RunContext
 from .jobloop import JobLoop
-from .model import Attempt, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token, token_hash
+from .model import (
+    Attempt,
+    CatchUp,
+    Cause,
+    ClaimOutcome,
+    ClaimResult,
+    CrossCluster,
+    Overlap,
+    Run,
+    RunState,
+    new_token,
+    token_hash,
+)
 from .observed import StoreObserver, observed
 from .schedule import Cron, Every, Schedule, cron, every, slots_between
 from .scheduler import Scheduler, default_instance_id, job_options
@@ -52,6 +65,7 @@ __all__ = [
     "Clock",
     "ConfigError",
     "Cron",
+    "CrossCluster",
     "EngineListener",
     "Every",
     "Handler",
@@ -75,6 +89,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "SharedSpecStore",
     "Store",
     "StoreError",
     "StoreLostState",

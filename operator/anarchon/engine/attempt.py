@@ -64,8 +64,11 @@ class AttemptRunner:
         clock: Clock,
         listener: EngineListener,
         lease_until_ms: int,
+        held: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.backend = backend
+        #: While it gives a reason, no heartbeat goes out: the lease runs out for another instance (:attr:`Job.held`).
+        self.held = held
         self.handler = handler
         self.ctx = ctx
         self.options = options
@@ -407,7 +410,7 @@ class AttemptRunner:
             now = self.clock.now_ms()
             next_ms = now + opts.heartbeat_ms
             try:
-                if ctx.alive:
+                if ctx.alive and self.held() is None:
                     ok = await self._beat(now)
                     if ok:
                         self._lease_until_ms = now + opts.lease_ms

@@ -5,12 +5,13 @@
 * :class:`LeaseStore`: a claim that also keeps a lease with an expiry and the current
   attempt's token: heartbeat, finish, release, takeover by backups, fencing of stale runners.
 * :class:`HistoryStore`: the runs a job had, the base of catch-up, pruning and forgetting.
+* :class:`SharedSpecStore`: each cluster's spec of a job shared between clusters (:mod:`.shared`).
 
 Two kinds of store exist (see the README's table), each the sum of some of them:
 
 * :class:`Backend`: claim-only (claims and presence). It guarantees one winner per run and
   nothing else: no lease, so no backups, no overlap protection, no catch-up, no hand-over.
-* :class:`LeaseBackend`: all four.
+* :class:`LeaseBackend`: all five.
 
 Callers take the narrowest one they need and tell a lease store from a claim-only one with
 ``isinstance``. Times are passed in by the caller (``now_ms``) rather than read from the
@@ -30,6 +31,7 @@ from typing import ClassVar, Self
 
 from .errors import StoreError
 from .model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
+from .shared import SharedSide
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,7 @@ class HistoryStore(Store):
 
     @abstractmethod
     async def forget_job(self, job: str) -> None:
-        """Delete everything the store keeps for ``job``: its runs and its schedule's fingerprint.
+        """Delete everything the store keeps for ``job``: its runs, its schedule's fingerprint, its clusters' specs.
 
         For a job that is gone for good, once its runs were stopped. Idempotent, and safe
         when several instances forget the same job at once.
@@ -306,7 +308,27 @@ class HistoryStore(Store):
         """
 
 
-class LeaseBackend(Backend, LeaseStore, HistoryStore):
+class SharedSpecStore(Store):
+    """Each cluster's spec of a job shared between clusters: what tells them they disagree (:mod:`.shared`)."""
+
+    @abstractmethod
+    async def note_shared_spec(
+        self, job: str, cluster: str, fingerprint: str, now_ms: int, ttl_ms: int
+    ) -> list[SharedSide]:
+        """Note that ``cluster`` runs ``job`` with spec ``fingerprint`` as of ``now_ms``; every cluster's note.
+
+        A cluster's ``since`` stays while its fingerprint stays, and comes after every other note's
+        when it changes (:func:`.shared.note_side`). Notes of other clusters not renewed within
+        ``ttl_ms`` are gone (their cluster stopped serving the job) and not returned. One atomic
+        step per job: of two clusters noting at once, the later sees the earlier's note.
+        """
+
+    @abstractmethod
+    async def drop_shared_spec(self, job: str, cluster: str) -> None:
+        """``cluster`` serves ``job`` no more (it was deleted there): its note goes. Idempotent."""
+
+
+class LeaseBackend(Backend, LeaseStore, HistoryStore, SharedSpecStore):
     """A store that also holds leases, tokens and the history of each run: every concern."""
 
 

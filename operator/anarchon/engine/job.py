@@ -22,7 +22,7 @@ from .limits import (
     MIN_STARTING_DEADLINE_OVER_JITTER_MS,
     MIN_TIMEOUT_MS,
 )
-from .model import Attempt, CatchUp, Cause, Overlap, Run
+from .model import Attempt, CatchUp, Cause, CrossCluster, Overlap, Run
 from .schedule import Every, Schedule
 
 
@@ -140,6 +140,10 @@ class JobOptions:
     #: against ``max_attempts`` (raising RunGivenUp past them), and the store gives a run up
     #: only after :data:`~.limits.MAX_TAKEOVERS` attempts: never while its work lives.
     resumable: bool = False
+    #: A run whose current attempt's instance is of another cluster (:mod:`.shared`), its lease
+    #: run out: taken over from here only a lease later (that cluster's own backups first, which
+    #: can adopt its work), and then relaunched here or, with NEVER, given up.
+    cross_cluster: CrossCluster = CrossCluster.RELAUNCH
 
     @property
     def effective_lease_ms(self) -> int:
@@ -164,6 +168,7 @@ class ResolvedOptions:
     suspend: bool
     leases: bool
     resumable: bool = False
+    cross_cluster: CrossCluster = CrossCluster.RELAUNCH
 
     @property
     def takeover_bound(self) -> int:
@@ -270,6 +275,7 @@ def resolve_options(options: JobOptions, backend: Backend, *, job: str = "job") 
         suspend=options.suspend,
         leases=leases,
         resumable=options.resumable,
+        cross_cluster=options.cross_cluster,
     )
     if not leases:
         # Every contender of one slot must arrive while the store still remembers the claim.
@@ -285,6 +291,11 @@ class Job:
     schedule: Schedule
     handler: Handler
     options: JobOptions = field(default_factory=JobOptions)
+    #: Why this instance must not work on the job now (None: it may): while it says so, the
+    #: instance claims no slot of the job, takes no run of it over and lets the leases of the runs
+    #: it has run out, so that other instances (of another cluster, which can) take them. The
+    #: operator holds a shared job back while its API server is out of reach (:mod:`anarchon.kube.api.reach`).
+    held: Callable[[], str | None] | None = field(default=None, compare=False)
     #: The newest slot the handler's own durable record holds (the operator's newest
     #: AnarchonRun), or None. Catch-up starts from it when the store has no history of the
     #: job: a store that lost its state while no instance ran has forgotten what ran.

@@ -30,9 +30,21 @@ from .job import Job, ResolvedOptions, RunContext, resolve_options
 from .lag import LoopLag
 from .limits import MAX_SLOT_MS, MIN_SLOT_MS
 from .logcontext import RunFields, attempt_running
-from .model import HANDED_OVER, CatchUp, Cause, ClaimOutcome, ClaimResult, Overlap, Run, RunState, new_token
+from .model import (
+    HANDED_OVER,
+    CatchUp,
+    Cause,
+    ClaimOutcome,
+    ClaimResult,
+    CrossCluster,
+    Overlap,
+    Run,
+    RunState,
+    new_token,
+)
 from .retry import Backoff, retry
 from .schedule import Schedule, slots_between
+from .shared import cluster_of
 
 log = logging.getLogger("anarchon.engine.jobloop")
 T = TypeVar("T")
@@ -423,6 +435,9 @@ class JobLoop:
             await self.clock.sleep(penalty)  # overloaded: let the instances on time claim it first
         if self._stopping:
             return
+        if (why := self._held()) is not None:
+            log.info("%s@%s: not claimed here (%s): left to the other instances", job.name, slot, why)
+            return
         late = self.clock.now_ms() - slot
         if opts.starting_deadline_ms is not None and late > opts.starting_deadline_ms:
             self.listener.missed(job.name, slot, f"{late} ms late, past the starting deadline")
@@ -601,7 +616,7 @@ class JobLoop:
                 await self._run_claim_only(ctx)
                 return
             runner = AttemptRunner(
-                self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms
+                self.backend, job.handler, ctx, self._opts, self.clock, self.listener, run.lease_until_ms, self._held
             )
             self._running[run.slot] = runner
             if self._stopping:
@@ -638,23 +653,26 @@ class JobLoop:
 
         Several instances may try at once; the store lets one win. Nothing is tried for a run
         this instance runs itself, or once it is stopping (it would hand the run straight back).
+        A run of another cluster (:mod:`.shared`) is left to that cluster's backups for one more
+        lease (they can adopt its work; we can only start it anew), then relaunched here, or given
+        up if the job says :attr:`CrossCluster.NEVER`.
         """
         assert isinstance(self.backend, LeaseStore)
         backend = self.backend
-        if self._stopping or run.slot in self._running:
+        if self._stopping or run.slot in self._running or self._held() is not None:
             return
         opts = self._opts
+        now = self.clock.now_ms()
         # An attempt handed over on shutdown did not fail: it does not use up one of the tries.
         handed_over = sum(1 for a in run.attempts if (a.error or "").startswith(HANDED_OVER))
-        request = TakeoverRequest(
-            run.job,
-            run.slot,
-            self.instance,
-            new_token(),
-            self.clock.now_ms(),
-            opts.lease_ms,
-            opts.takeover_bound + handed_over,
-        )
+        bound = opts.takeover_bound + handed_over
+        there = cluster_of(run.instance)
+        if there is not None and there != cluster_of(self.instance):
+            if now < run.lease_until_ms + opts.lease_ms:
+                return  # its own cluster's turn
+            if opts.cross_cluster is CrossCluster.NEVER:
+                bound = run.attempt  # no attempt left: the store gives the run up
+        request = TakeoverRequest(run.job, run.slot, self.instance, new_token(), now, opts.lease_ms, bound)
         try:
             result = await backend.takeover(request)
         except StoreError as exc:
@@ -676,6 +694,11 @@ class JobLoop:
             self.listener.run_interrupted_final(result.run)
 
     # -- plumbing --------------------------------------------------------------------------------
+
+    def _held(self) -> str | None:
+        """Why this instance must not work on the job now (:attr:`Job.held`); None if it may."""
+        held = self._job.held
+        return None if held is None else held()
 
     def _spawn(self, coro: Awaitable[T], name: str) -> asyncio.Future[T]:
         task = asyncio.ensure_future(coro)

@@ -69,6 +69,13 @@ class CatchUp(StrEnum):
     ALL = "All"
 
 
+class CrossCluster(StrEnum):
+    """Whether a run whose cluster was lost may be relaunched in another cluster (a job shared by clusters)."""
+
+    RELAUNCH = "Relaunch"  # a backup of another cluster takes it over, a lease after its own cluster's turn
+    NEVER = "Never"  # it is given up instead (Interrupted); the next slots run wherever they are won
+
+
 class Cause(StrEnum):
     """Why a run exists: its slot came due, someone asked for it, or it was missed and caught up."""
 

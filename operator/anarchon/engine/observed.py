@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from .backend import Backend, ClaimRequest, LeaseBackend, TakeoverRequest
 from .model import ClaimResult, Run, RunState
+from .shared import SharedSide
 
 T = TypeVar("T")
 
@@ -137,6 +138,16 @@ class ObservedLeaseBackend(ObservedBackend, LeaseBackend):
 
     async def forget_unserved(self, before_ms: int) -> list[str]:
         return await self._timed("forget_unserved", lambda: self.inner.forget_unserved(before_ms))
+
+    async def note_shared_spec(
+        self, job: str, cluster: str, fingerprint: str, now_ms: int, ttl_ms: int
+    ) -> list[SharedSide]:
+        return await self._timed(
+            "note_shared_spec", lambda: self.inner.note_shared_spec(job, cluster, fingerprint, now_ms, ttl_ms)
+        )
+
+    async def drop_shared_spec(self, job: str, cluster: str) -> None:
+        await self._timed("drop_shared_spec", lambda: self.inner.drop_shared_spec(job, cluster))
 
 
 def observed(backend: Backend, observer: StoreObserver) -> Backend:

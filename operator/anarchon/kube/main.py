@@ -25,9 +25,11 @@ from ..engine import Clock, Scheduler, SystemClock, default_instance_id, observe
 from ..engine.backends import from_url
 from ..engine.errors import StoreError
 from ..engine.retry import Backoff, retry
+from ..engine.shared import instance_id as cluster_instance
 from .api.client import API_CONCURRENCY, backlog_ms, connect
 from .job.controller import JobController
 from .job.jobwatch import JobWatch
+from .job.shared import SharedSpecs
 from .job.sharing import CHECK_EVERY_S, StoreSharing
 from .report.health import HealthServer
 from .report.kube_events import EventPoster
@@ -72,6 +74,9 @@ class OperatorConfig:
     api_concurrency: int = API_CONCURRENCY
     #: How often the replica notes itself in its store and checks that the others share it (:mod:`.sharing`).
     store_check_s: float = CHECK_EVERY_S
+    #: This replica's cluster (``--cluster-name``): it leads the instance id, and lets the replica run
+    #: jobs shared with other clusters (``spec.sharedName``, :mod:`.shared`). None: no such job runs.
+    cluster_name: str | None = None
     stop_flag: asyncio.Event | None = None
 
 
@@ -108,8 +113,8 @@ async def run_operator(cfg: OperatorConfig) -> None:
     backend = observed(backend, metrics.store_call(backend.capabilities.name))
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, registry=metrics.registry)
-    instance_id = cfg.instance_id or default_instance_id()  # the Scheduler's own default
-    events = EventPoster(kube, instance=cfg.instance_id)
+    instance_id = cluster_instance(cfg.cluster_name, cfg.instance_id or default_instance_id())
+    events = EventPoster(kube, instance=instance_id)
     run_cache = RunCache(kube, cfg.namespaces)
     listener = OperatorListener(metrics, kube, events, instance_id=instance_id, run_cache=run_cache)
     scheduler = Scheduler(backend, instance_id=instance_id, listener=listener, clock=clock)
@@ -118,8 +123,9 @@ async def run_operator(cfg: OperatorConfig) -> None:
     metrics.pod_watch_up.set_function(lambda: float(pod_watch.healthy))
     sharing = StoreSharing(backend, instance_id, run_cache.acted, clock.now_ms, every_s=cfg.store_check_s)
     metrics.store_not_shared.set_function(lambda: float(len(sharing.strangers)))
+    shared = SharedSpecs(backend, cfg.cluster_name, clock.now_ms, every_s=cfg.store_check_s)
     controller = JobController(
-        kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s, sharing=sharing
+        kube, scheduler, events, metrics, pod_watch, run_cache, resync_s=cfg.resync_s, sharing=sharing, shared=shared
     )
     sharing.on_change = controller.sharing_changed
     # Before any job is added: jobs come only from the job watch, which starts below.
@@ -130,7 +136,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
             backend,
             lambda: scheduler.started,
             lambda: {
-                "instance": cfg.instance_id,
+                "instance": instance_id,
                 "jobs": len(scheduler.jobs),
                 "storeNotSharedWith": sorted(sharing.strangers),
             },
@@ -153,6 +159,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
     job_watch = JobWatch(kube, job_handler(controller), cfg.namespaces)
     job_watch.start()
     sharing.start()
+    shared.start()
     resync = asyncio.create_task(controller.resync(), name="anarchon-resync")
     stop = cfg.stop_flag or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -160,7 +167,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     log.info(
         "instance %s on store %s, watching %s on %s (credentials: %s)",
-        cfg.instance_id,
+        instance_id,
         backend.capabilities.name,
         ",".join(cfg.namespaces) or "all namespaces",
         kube.endpoint.server,
@@ -179,6 +186,7 @@ async def run_operator(cfg: OperatorConfig) -> None:
         await job_watch.stop()
         resync.cancel()
         await sharing.stop()
+        await shared.stop()
         await scheduler.stop(handover=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(controller.status.flush(), FLUSH_S)  # what the job's status still lacks

@@ -117,6 +117,8 @@ def test_crd_patterns_and_bounds_are_the_parsers() -> None:
     def rules(node: dict[str, Any]) -> str:
         return " ".join(r["rule"] for r in node.get("x-kubernetes-validations", []))
 
+    assert f"self.matches(r'{S.SHARED_NAME_PATTERN}')" == rules(props["sharedName"])
+    assert props["sharedName"]["maxLength"] == S.MAX_SHARED_NAME_LENGTH
     assert f">= {L.MIN_EVERY_MS}" in rules(props["every"])
     assert f">= {L.MIN_HEARTBEAT_MS}" in rules(props["heartbeat"])
     assert f">= {L.MIN_TIMEOUT_MS}" in rules(props["timeout"])
@@ -295,6 +297,9 @@ INVALID_JOBS: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("pending-timeout-zero", {"pendingTimeout": "0s"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("pending-timeout-10ms", {"pendingTimeout": "10ms"}, "j", ["spec.pendingTimeout must be at least 1s"]),
     ("every-with-zone", {"timeZone": "Europe/Paris"}, "j", ["spec.timeZone must be UTC or unset with spec.every"]),
+    ("cross-cluster-sometimes", {"crossCluster": "Sometimes"}, "j", ["spec.crossCluster", "Unsupported value"]),
+    ("shared-name-upper", {"sharedName": "Report"}, "j", ["spec.sharedName must be lower-case letters, digits"]),
+    ("shared-name-too-long", {"sharedName": "a" * 64}, "j", ["spec.sharedName", "may not be more than 63"]),
     ("bad-zone-shape", {"every": None, "cron": "0 8 * * *", "timeZone": "Paris, France"}, "j", ["spec.timeZone"]),
     ("cron-4-fields", {"every": None, "cron": "0 8 * *"}, "j", [CRON_SHAPE]),
     # robfig/cron's @every is not one of CronJob's shorthands here: spec.every is.
@@ -618,6 +623,18 @@ def test_run_printer_columns_and_status(crds: ControlPlane, namespace: str) -> N
     crds.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(job("sync")))
     everything = crds.kubectl("get", "anarchon", "-n", namespace, "-o", "name").stdout.split()
     assert "anarchonjob.anarchon.io/sync" in everything and f"anarchonrun.anarchon.io/{name}" in everything
+
+
+def test_shared_name_cannot_be_set_changed_or_removed_after_creation(crds: ControlPlane, namespace: str) -> None:
+    """It is the job's identity in the store: changing it would make the object another job."""
+    create(crds, namespace, job("shared", sharedName="report.billing"))
+    create(crds, namespace, job("alone"))
+    for name, change in (("shared", "other"), ("shared", None), ("alone", "report.billing")):
+        patch = json.dumps({"spec": {"sharedName": change}})
+        res = crds.kubectl("patch", C.JOBS, name, "-n", namespace, "--type=merge", "-p", patch, check=False)
+        assert res.returncode != 0 and "spec.sharedName cannot be set, changed or removed" in res.stderr, res.stderr
+    res = crds.kubectl("patch", C.JOBS, "shared", "-n", namespace, "--type=merge", "-p", '{"spec":{"every":"1m"}}')
+    assert res.returncode == 0, res.stderr
 
 
 def test_run_spec_is_immutable_and_status_enums_hold(crds: ControlPlane, namespace: str) -> None:

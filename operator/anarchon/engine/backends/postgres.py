@@ -58,6 +58,7 @@ from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
 from ..batch import Beat, Coalescer
 from ..errors import ConfigError, StoreError
 from ..model import Attempt, ClaimOutcome, ClaimResult, Overlap, Run, RunState, token_hash
+from ..shared import SharedSide, note_side
 
 T = TypeVar("T")
 
@@ -119,6 +120,14 @@ CREATE TABLE IF NOT EXISTS {served} (
     at bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {served_index} ON {served} (at);
+CREATE TABLE IF NOT EXISTS {shared} (
+    job text NOT NULL,
+    cluster text NOT NULL,
+    fingerprint text NOT NULL,
+    since bigint NOT NULL,
+    seen bigint NOT NULL,
+    PRIMARY KEY (job, cluster)
+);
 CREATE TABLE IF NOT EXISTS {presence} (
     instance text PRIMARY KEY,
     until bigint NOT NULL
@@ -352,6 +361,7 @@ class PostgresBackend(LeaseBackend):
         self.schedules_table = schedules
         served = table.removesuffix("_runs") + "_served" if table.endswith("_runs") else f"{table}_served"
         presence = table.removesuffix("_runs") + "_presence" if table.endswith("_runs") else f"{table}_presence"
+        shared = table.removesuffix("_runs") + "_shared" if table.endswith("_runs") else f"{table}_shared"
 
         ident = sql.Identifier
         names = {
@@ -360,6 +370,7 @@ class PostgresBackend(LeaseBackend):
             "served": ident(served),
             "served_index": ident(f"{served}_at"),
             "presence": ident(presence),
+            "shared": ident(shared),
             "active_index": ident(f"{table}_active"),
             "lease_index": ident(f"{table}_lease"),
             # Versioned, so that during a rolling upgrade old and new instances can call
@@ -381,7 +392,7 @@ class PostgresBackend(LeaseBackend):
         self._q_schema = sql.SQL(_SCHEMA).format(**names, **pieces).as_bytes(None)
         # What setup() creates, as text for to_regclass/to_regproc (resolved on search_path
         # like every query here).
-        relations = ("runs", "schedules", "active_index", "lease_index", "served", "served_index", "presence")
+        relations = ("runs", "schedules", "active_index", "lease_index", "served", "served_index", "presence", "shared")
         functions = ("close_fn", "claim_fn", "claim_many_fn", "takeover_fn")
         self._schema_objects = tuple(names[key].as_string(None) for key in (*relations, *functions))
         self._q_schema_exists = (
@@ -435,10 +446,10 @@ class PostgresBackend(LeaseBackend):
             "DELETE FROM {runs} WHERE job = %s AND slot < %s AND state NOT IN ('Claimed', 'Running')"
             " AND slot < (SELECT max(slot) FROM {runs} WHERE job = %s)"
         )
-        # One statement, so the runs, the fingerprint and the note of service go together.
+        # One statement, so the runs, the fingerprints and the note of service go together.
         self._q_forget = q(
-            "WITH gone AS (DELETE FROM {runs} WHERE job = %s), fp AS (DELETE FROM {schedules} WHERE job = %s)"
-            " DELETE FROM {served} WHERE job = %s"
+            "WITH gone AS (DELETE FROM {runs} WHERE job = %s), fp AS (DELETE FROM {schedules} WHERE job = %s),"
+            " sh AS (DELETE FROM {shared} WHERE job = %s) DELETE FROM {served} WHERE job = %s"
         )
         self._q_note_served = q(
             "INSERT INTO {served} (job, at) SELECT unnest(%s::text[]), %s"
@@ -447,7 +458,8 @@ class PostgresBackend(LeaseBackend):
         self._q_forget_unserved = q(
             "WITH gone AS (DELETE FROM {served} WHERE at < %s RETURNING job),"
             " r AS (DELETE FROM {runs} WHERE job IN (SELECT job FROM gone)),"
-            " s AS (DELETE FROM {schedules} WHERE job IN (SELECT job FROM gone))"
+            " s AS (DELETE FROM {schedules} WHERE job IN (SELECT job FROM gone)),"
+            " sh AS (DELETE FROM {shared} WHERE job IN (SELECT job FROM gone))"
             " SELECT job FROM gone"
         )
         # One statement: the records that ran out go (ours is written anew whatever its age).
@@ -465,6 +477,17 @@ class PostgresBackend(LeaseBackend):
             " WHERE s.fingerprint <> EXCLUDED.fingerprint RETURNING s.since"
         )
         self._q_schedule_get = q("SELECT since FROM {schedules} WHERE job = %s")
+        # Under a lock of the job's notes (not its claims'): the notes, then ours written
+        # (shared.note_side) and the ones that ran out gone.
+        self._q_shared_lock = q("SELECT pg_advisory_xact_lock(hashtextextended({lock_prefix} || 'shared:' || %s, 0))")
+        self._q_shared_get = q("SELECT cluster, fingerprint, since, seen FROM {shared} WHERE job = %s")
+        self._q_shared_note = q(
+            "WITH gone AS (DELETE FROM {shared} WHERE job = %s AND seen < %s AND cluster <> %s)"
+            " INSERT INTO {shared} (job, cluster, fingerprint, since, seen) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (job, cluster) DO UPDATE"
+            " SET fingerprint = EXCLUDED.fingerprint, since = EXCLUDED.since, seen = EXCLUDED.seen"
+        )
+        self._q_shared_drop = q("DELETE FROM {shared} WHERE job = %s AND cluster = %s")
 
         self._slots = asyncio.Semaphore(pool_size)
         self._idle: list[Conn] = []
@@ -743,13 +766,32 @@ class PostgresBackend(LeaseBackend):
         return await self._rowcount(self._q_prune, (job, before_slot, job))
 
     async def forget_job(self, job: str) -> None:
-        await self._rowcount(self._q_forget, (job, job, job))
+        await self._rowcount(self._q_forget, (job, job, job, job))
 
     async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
         await self._rowcount(self._q_note_served, (list(jobs), now_ms))
 
     async def forget_unserved(self, before_ms: int) -> list[str]:
         return [str(row[0]) for row in await self._rows(self._q_forget_unserved, (before_ms,))]
+
+    async def note_shared_spec(
+        self, job: str, cluster: str, fingerprint: str, now_ms: int, ttl_ms: int
+    ) -> list[SharedSide]:
+        async def op(conn: Conn) -> list[SharedSide]:
+            oldest = now_ms - ttl_ms
+            async with conn.transaction():
+                await conn.execute(self._q_shared_lock, (job,))
+                cur = await conn.execute(self._q_shared_get, (job,))
+                sides = [SharedSide(str(c), str(f), int(si), int(se)) for c, f, si, se in await cur.fetchall()]
+                ours = note_side(sides, cluster, fingerprint, now_ms)
+                values = (job, oldest, cluster, job, cluster, fingerprint, ours.since, now_ms)
+                await conn.execute(self._q_shared_note, values)
+            return [*(s for s in sides if s.cluster != cluster and s.seen_ms >= oldest), ours]
+
+        return await self._run(op)
+
+    async def drop_shared_spec(self, job: str, cluster: str) -> None:
+        await self._rowcount(self._q_shared_drop, (job, cluster))
 
     async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
         await self._rowcount(self._q_note_presence, (now_ms, instance, instance, now_ms + ttl_ms))

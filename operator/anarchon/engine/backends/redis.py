@@ -22,6 +22,8 @@ percent-encoded so that it is always exactly the hash tag)::
     P:{J}:active       zset   slots of the runs in Claimed or Running, score = slot
     P:{J}:runs         zset   slots of all runs, score = slot (last_slot, history, prune)
     P:{J}:schedule     hash   fingerprint, since
+    P:{J}:shared       hash   per cluster of a shared job: ``<since> <seen> <fingerprint>``
+                              (the fingerprint last: it may hold spaces)
     P:{J}:expiring     zset   only with retention_ms: slots of final runs, score = when
                               their hash expires (so claims can trim the runs index)
     P:leases           zset   the keys of every job's active runs, score = lease_until
@@ -69,6 +71,7 @@ from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
 from ..batch import Coalescer
 from ..errors import ConfigError, StoreError, StoreLostState
 from ..model import REPLACED_BY, Attempt, ClaimOutcome, ClaimResult, Run, RunState, token_hash
+from ..shared import SharedSide
 from . import _redis_presence as _presence
 
 T = TypeVar("T")
@@ -332,6 +335,30 @@ if st[1] == ARGV[1] then
 end
 redis.call('HSET', KEYS[1], 'fingerprint', ARGV[1], 'since', ARGV[2])
 return ARGV[2]
+"""
+
+# KEYS: shared.  ARGV: cluster, fingerprint, now, oldest (notes of others seen before it go).
+# Returns the live notes as {cluster, "since seen fingerprint", ...}; see shared.note_side.
+_SHARED_NOTE = """
+local since = nil
+local last = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local s, seen, f = string.match(all[i + 1], '^(%d+) (%d+) (.*)$')
+  if all[i] == ARGV[1] then
+    if f == ARGV[2] then
+      since = s
+    end
+  elseif tonumber(seen) < tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+  if tonumber(s) > last then
+    last = tonumber(s)
+  end
+end
+since = since or tostring(last + 1)
+redis.call('HSET', KEYS[1], ARGV[1], since .. ' ' .. ARGV[3] .. ' ' .. ARGV[2])
+return redis.call('HGETALL', KEYS[1])
 """
 
 # KEYS: runs, expiring.  ARGV: run_base, before_slot, batch.  Returns {deleted, index entries removed, examined}.
@@ -600,6 +627,7 @@ class RedisBackend(LeaseBackend):
         self._active_runs = client.register_script(_ACTIVE_RUNS)
         self._expired_runs = client.register_script(_EXPIRED_RUNS)
         self._history = client.register_script(_HISTORY)
+        self._shared_note = client.register_script(_SHARED_NOTE)
         #: Heartbeats of many runs at once go out together (one round trip, one connection).
         self._beats = Coalescer(self._heartbeat_many)
         self._scripts: list[AsyncScript] = [
@@ -614,6 +642,7 @@ class RedisBackend(LeaseBackend):
             self._active_runs,
             self._expired_runs,
             self._history,
+            self._shared_note,
         ]
         self._retention = "" if retention_ms is None else str(retention_ms)
         #: The epoch of each job this instance has claimed for (see :meth:`epoch_key`).
@@ -641,6 +670,9 @@ class RedisBackend(LeaseBackend):
 
     def schedule_key(self, job: str) -> str:
         return f"{self.job_prefix(job)}schedule"
+
+    def shared_key(self, job: str) -> str:
+        return f"{self.job_prefix(job)}shared"
 
     def served_key(self) -> str:
         """``P:served``: when each job was last noted served (see :meth:`forget_unserved`)."""
@@ -946,6 +978,7 @@ class RedisBackend(LeaseBackend):
             )
             if int(left) == 0:
                 break
+        await self._call(lambda: self._client.delete(self.shared_key(job)))
         await self._call(lambda: self._client.zrem(self.served_key(), job))
 
     async def note_served(self, jobs: Sequence[str], now_ms: int) -> None:
@@ -958,6 +991,23 @@ class RedisBackend(LeaseBackend):
         for job in gone:
             await self.forget_job(job)
         return gone
+
+    async def note_shared_spec(
+        self, job: str, cluster: str, fingerprint: str, now_ms: int, ttl_ms: int
+    ) -> list[SharedSide]:
+        reply = await self._call(
+            lambda: self._shared_note(
+                keys=[self.shared_key(job)], args=[cluster, fingerprint, str(now_ms), str(now_ms - ttl_ms)]
+            )
+        )
+        sides = []
+        for name, value in _pairs(reply).items():
+            since, seen, fp = value.split(" ", 2)
+            sides.append(SharedSide(name, fp, int(since), int(seen)))
+        return sides
+
+    async def drop_shared_spec(self, job: str, cluster: str) -> None:
+        await self._call(lambda: self._client.hdel(self.shared_key(job), cluster))
 
     async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
         await self._call(lambda: _presence.note(self._client, self.presence_key(), instance, now_ms, ttl_ms))

@@ -22,6 +22,7 @@ from ..backend import Capabilities, ClaimRequest, LeaseBackend, TakeoverRequest
 from ..batch import Beat, Coalescer
 from ..errors import StoreError
 from ..model import Attempt, ClaimResult, Run, RunState
+from ..shared import SharedSide, note_side
 
 T = TypeVar("T")
 
@@ -53,6 +54,14 @@ CREATE TABLE IF NOT EXISTS anarchon_served (
     at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS anarchon_served_at ON anarchon_served (at);
+CREATE TABLE IF NOT EXISTS anarchon_shared (
+    job TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    since INTEGER NOT NULL,
+    seen INTEGER NOT NULL,
+    PRIMARY KEY (job, cluster)
+);
 CREATE TABLE IF NOT EXISTS anarchon_presence (
     instance TEXT PRIMARY KEY,
     until INTEGER NOT NULL
@@ -68,6 +77,7 @@ def _forget(conn: sqlite3.Connection, job: str) -> None:
     conn.execute("DELETE FROM anarchon_runs WHERE job=?", (job,))
     conn.execute("DELETE FROM anarchon_schedules WHERE job=?", (job,))
     conn.execute("DELETE FROM anarchon_served WHERE job=?", (job,))
+    conn.execute("DELETE FROM anarchon_shared WHERE job=?", (job,))
 
 
 def _row_to_run(row: tuple[object, ...]) -> Run:
@@ -398,6 +408,30 @@ class SqliteBackend(LeaseBackend):
             return gone
 
         return await self._call(self._tx(work))
+
+    async def note_shared_spec(
+        self, job: str, cluster: str, fingerprint: str, now_ms: int, ttl_ms: int
+    ) -> list[SharedSide]:
+        def work(conn: sqlite3.Connection) -> list[SharedSide]:
+            gone = (job, now_ms - ttl_ms, cluster)
+            conn.execute("DELETE FROM anarchon_shared WHERE job=? AND seen<? AND cluster<>?", gone)
+            rows = conn.execute("SELECT cluster, fingerprint, since, seen FROM anarchon_shared WHERE job=?", (job,))
+            sides = [SharedSide(str(c), str(f), int(si), int(se)) for c, f, si, se in rows.fetchall()]
+            ours = note_side(sides, cluster, fingerprint, now_ms)
+            conn.execute(
+                "INSERT OR REPLACE INTO anarchon_shared (job, cluster, fingerprint, since, seen)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (job, cluster, fingerprint, ours.since, ours.seen_ms),
+            )
+            return [*(s for s in sides if s.cluster != cluster), ours]
+
+        return await self._call(self._tx(work))
+
+    async def drop_shared_spec(self, job: str, cluster: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM anarchon_shared WHERE job=? AND cluster=?", (job, cluster))
+
+        await self._call(self._tx(work))
 
     async def note_presence(self, instance: str, now_ms: int, ttl_ms: int) -> None:
         def work(conn: sqlite3.Connection) -> None:

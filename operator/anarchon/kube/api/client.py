@@ -24,6 +24,7 @@ from ...engine.clock import SystemClock
 from ...engine.retry import retry
 from ..constants import GROUP, JOBS, MERGE, RUNS, VERSION
 from . import kubeconfig
+from .reach import ApiReach
 
 log = logging.getLogger("anarchon.kube.api.client")
 T = TypeVar("T")
@@ -303,6 +304,8 @@ class Kube:
     def __init__(self, endpoint: kubeconfig.Endpoint) -> None:
         self.endpoint = endpoint
         self._session: aiohttp.ClientSession | None = None
+        #: Whether the API server answers (:mod:`.reach`).
+        self.reach = ApiReach()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -328,17 +331,22 @@ class Kube:
         if body is not None:
             data = orjson.dumps(body)
             headers["Content-Type"] = content_type
-        response = await self.session.request(
-            method,
-            self.endpoint.server + where,
-            params=_query(params),
-            data=data,
-            headers=headers,
-            ssl=self.endpoint.ssl or True,  # True: aiohttp's default (plain HTTP has none)
-            server_hostname=self.endpoint.server_hostname,
-            proxy=self.endpoint.proxy,
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-        )
+        try:
+            response = await self.session.request(
+                method,
+                self.endpoint.server + where,
+                params=_query(params),
+                data=data,
+                headers=headers,
+                ssl=self.endpoint.ssl or True,  # True: aiohttp's default (plain HTTP has none)
+                server_hostname=self.endpoint.server_hostname,
+                proxy=self.endpoint.proxy,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            )
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError):
+            self.reach.failed()
+            raise
+        self.reach.answered()
         if not 200 <= response.status <= 299:
             try:
                 data = await response.read()

@@ -14,20 +14,24 @@ import asyncio
 import logging
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from ...engine import ConfigError, HistoryStore, Job, RunContext, Scheduler
+from ...engine import ConfigError, HistoryStore, Job, LeaseBackend, RunContext, Scheduler
 from ...engine.errors import StoreError
 from ..api.client import Kube, background
 from ..report.kube_events import EventPoster
 from ..report.metrics import Metrics, job_times
+from ..run import record
 from ..run.cache import RunCache
+from ..run.elsewhere import mirror_elsewhere
 from ..run.mend import Mending
 from ..run.podwatch import PodWatch
 from ..run.runner import PodRunner
 from .served import ServedJobs
+from .shared import SHARED_SPEC_MISMATCH, SharedSpecs, Verdict
 from .sharing import STORE_NOT_SHARED, StoreSharing
-from .spec import JobSpec, SpecError, engine_key, parse_job
+from .spec import JobSpec, SpecError, engine_key, parse_job, shared_name_of
 from .status import JobStatus
 from .triggers import Triggers, trigger_state
 
@@ -46,6 +50,7 @@ class JobController:
         *,
         resync_s: float = 30.0,
         sharing: StoreSharing | None = None,
+        shared: SharedSpecs | None = None,
     ) -> None:
         self.kube = kube
         self.resync_s = resync_s
@@ -55,7 +60,14 @@ class JobController:
         self.events = events
         self.metrics = metrics
         self.sharing = sharing
+        #: The specs of jobs shared with other clusters (``spec.sharedName``), noted in the store.
+        self.shared = shared or SharedSpecs(scheduler.backend, None, scheduler.clock.now_ms, every_s=resync_s)
+        self.shared.specs = lambda: list(self.specs.values())
+        self.shared.on_change = self._shared_changed
+        self.shared.each = self._show_elsewhere
         self.specs: dict[str, JobSpec] = {}
+        #: Each valid job's store key, by the object's uid (a shared job's is not derived from it).
+        self._keys: dict[str, str] = {}
         self.triggers = Triggers(kube, scheduler, events)
         self.status = JobStatus(
             kube,
@@ -65,6 +77,7 @@ class JobController:
             resync_s=resync_s,
             not_shared=(lambda: None) if sharing is None else sharing.message,
             not_shared_kept_s=0.0 if sharing is None else sharing.window_s,
+            shared_mismatch=self.shared.mismatch,
             pinned=self.triggers.pending_slots,
         )
         self.mending = Mending(
@@ -84,13 +97,25 @@ class JobController:
     async def apply(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
         namespace, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
-        key = engine_key(namespace, name, uid)
+        key = engine_key(namespace, name, uid, shared_name_of(body))
         generation = int(meta.get("generation") or 0)
         status = body.get("status") or {}
         version = str(meta.get("resourceVersion") or "") or None
         annotations = meta.get("annotations") or {}
         handled = (generation, trigger_state(annotations))
         spec = self.specs.get(key)
+        if spec is not None and spec.uid != uid:
+            # Another object of this cluster has the sharedName: it stays the job's, this one runs nothing.
+            taken = SpecError(
+                [
+                    f"spec.sharedName: {spec.shared_name!r} is the sharedName of {spec.namespace}/{spec.name}"
+                    " in this cluster already: one AnarchonJob per sharedName and cluster"
+                ]
+            )
+            await self.status.invalid(namespace, name, uid, generation, status, taken, version)
+            return
+        if (old := self._keys.get(uid)) is not None and old != key:
+            await self._stop(old, uid, handover=True)  # sharedName changed (an object older than the CRD's rule)
         if spec is not None and self._handled.get(key) == handled and key in self.scheduler.jobs:
             # Only the status changed: the replicas' own writes at every run's start and end,
             # each seen by every replica. The spec and the triggers are as last handled, so
@@ -99,19 +124,27 @@ class JobController:
             await self.status.valid(spec, status, version)
             return
         self._handled.pop(key, None)
+        verdict, changed = None, False
         try:
             spec = parse_job(body)
-            job = Job(key, spec.schedule, self._runner(key), spec.options, recorded=lambda: self._newest_slot(key))
-            self.scheduler.add(job)  # new, or updated in place from the next slot
+            if spec.shared_name:
+                self.shared.check_usable()
+                verdict, changed = await self.shared.note(spec)
+            self.scheduler.add(self._job(spec))  # new, or updated in place from the next slot
         except (SpecError, ConfigError) as exc:
             await self.scheduler.remove(key, handover=True)
             self.specs.pop(key, None)
+            self._keys.pop(uid, None)
+            self.shared.forget(key)
             self.metrics.job_gauges.jobs.pop(key, None)  # no schedule: nothing is due
             await self.status.invalid(namespace, name, uid, generation, status, exc, version)
             return
         self.specs[key] = spec
+        self._keys[uid] = key
         self.metrics.job_gauges.jobs[key] = job_times(spec, meta, status)
         await self.status.valid(spec, status, version)
+        if verdict is not None and verdict.mismatch is not None and changed:
+            await self.events.about(spec, reason=SHARED_SPEC_MISMATCH, message=verdict.mismatch, warning=True)
         await self.triggers.apply(spec, key, annotations, version)
         self._handled[key] = handled  # only now: a handling that failed is done again in full
 
@@ -123,19 +156,80 @@ class JobController:
         idempotent), so the last replica to stop also removes a run that a slower one
         claimed meanwhile. A re-created job of the same name has a new uid, so a new key.
         """
-        key = engine_key(namespace, name, uid)
-        await self.scheduler.remove(key, handover=False)
-        self.specs.pop(key, None)
-        self._handled.pop(key, None)
+        key = self._keys.get(uid) or engine_key(namespace, name, uid)
+        spec = self.specs.get(key)
+        if spec is not None and spec.uid != uid:
+            return  # an object that had another's sharedName: it never ran here
+        await self._stop(key, uid, handover=False)
         self.metrics.forget(key, namespace, name)
+        try:
+            if spec is not None and spec.shared_name:
+                # The job lives on in the other clusters: only this cluster's note of its spec goes.
+                await self.shared.drop(key)
+            elif isinstance(self.scheduler.backend, HistoryStore):
+                await self.scheduler.backend.forget_job(key)
+        except StoreError as exc:
+            log.warning("%s/%s deleted, but its store data stays for now: %s", namespace, name, exc)
+
+    async def _stop(self, key: str, uid: str, *, handover: bool) -> None:
+        """This replica runs the job of ``key`` no more, and forgets what it kept of it."""
+        await self.scheduler.remove(key, handover=handover)
+        self.specs.pop(key, None)
+        self._keys.pop(uid, None)
+        self._handled.pop(key, None)
+        self.shared.forget(key)
         self.triggers.forget(key)
         self.status.forget(key)
         self.mending.forget(key)
-        if isinstance(self.scheduler.backend, HistoryStore):
-            try:
-                await self.scheduler.backend.forget_job(key)
-            except StoreError as exc:
-                log.warning("%s/%s deleted, but its store data stays for now: %s", namespace, name, exc)
+
+    def _job(self, spec: JobSpec) -> Job:
+        """The engine's job of ``spec``. A shared job is suspended while the clusters sharing it follow
+        another spec, and held back while this replica's API server is out of reach (:mod:`.reach`)."""
+        key = spec.key
+        if not spec.shared_name:
+            return Job(key, spec.schedule, self._runner(key), spec.options, recorded=lambda: self._newest_slot(key))
+        verdict = self.shared.verdict(key)
+        options = replace(spec.options, suspend=True) if verdict is not None and verdict.waits else spec.options
+        return Job(
+            key,
+            spec.schedule,
+            self._runner(key),
+            options,
+            recorded=lambda: self._newest_slot(key),
+            held=self.kube.reach.held,
+        )
+
+    async def _show_elsewhere(self, spec: JobSpec) -> None:
+        """The runs of the shared job that ran in other clusters get their light objects here (:mod:`.elsewhere`)."""
+        backend, here, cache = self.scheduler.backend, self.shared.cluster, self.run_cache
+        if not isinstance(backend, LeaseBackend) or here is None or self.specs.get(spec.key) is not spec:
+            return
+        cached = None if cache is None else cache.runs_of(spec.namespace, spec.name)
+        with background():
+            items = cached if cached is not None else await record.list_runs(self.kube, spec.namespace, spec.name)
+            look_back_ms = round(3 * self.shared.every_s * 1000) + spec.options.effective_lease_ms
+            written = await mirror_elsewhere(
+                self.kube,
+                backend,
+                spec,
+                here,
+                items,
+                now_ms=self.scheduler.clock.now_ms(),
+                look_back_ms=look_back_ms,
+                deleted=lambda ns, name: cache is not None and cache.deleted(ns, name),
+            )
+        if written:
+            await self.status.refresh_soon(spec)
+
+    async def _shared_changed(self, spec: JobSpec, verdict: Verdict) -> None:
+        """The clusters sharing the job came to agree or to disagree: claims resume or stop, and Ready says why."""
+        if self.specs.get(spec.key) is not spec:
+            return  # removed or changed meanwhile: its next handling says it
+        self.scheduler.add(self._job(spec))
+        with background():
+            await self.status.sharing_changed(spec)
+            if verdict.mismatch is not None:
+                await self.events.about(spec, reason=SHARED_SPEC_MISMATCH, message=verdict.mismatch, warning=True)
 
     async def resync(self) -> None:
         """Every ``resync_s`` (± half, so that replicas spread out), a pass over every valid job.

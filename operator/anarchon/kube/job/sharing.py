@@ -29,15 +29,13 @@ run hourly is at work once an hour, and must not be a stranger for only minutes 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 
 from ...engine import PresenceStore
 from ...engine.errors import StoreError
+from .periodic import Periodic
 
 log = logging.getLogger("anarchon.kube.job.sharing")
 
@@ -85,7 +83,7 @@ class StoreSharing:
         self._last_act: dict[str, float] = {}  # each replica's last act seen at a check
         self._gap: dict[str, float] = {}  # the longest time seen between two of its acts
         self._failing = False
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("anarchon-store-sharing", every_s, self._checked)
 
     def message(self) -> str | None:
         """What the StoreNotShared condition and Event say; None while no stranger is seen."""
@@ -146,28 +144,20 @@ class StoreSharing:
             self._gap.pop(gone, None)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="anarchon-store-sharing")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._periodic.stop()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.every_s * random.uniform(0.9, 1.1))
-            try:
-                await self.check()
-            except StoreError as exc:
-                if not self._failing:
-                    log.warning(
-                        "checking that the store is shared failed (tried again each %gs): %s", self.every_s, exc
-                    )
-                self._failing = True
-                continue
-            except Exception:
-                log.exception("checking that the store is shared failed")
-                continue
-            self._failing = False
+    async def _checked(self) -> None:
+        try:
+            await self.check()
+        except StoreError as exc:
+            if not self._failing:
+                log.warning("checking that the store is shared failed (tried again each %gs): %s", self.every_s, exc)
+            self._failing = True
+            return
+        except Exception:
+            log.exception("checking that the store is shared failed")
+            return
+        self._failing = False

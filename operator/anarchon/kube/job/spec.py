@@ -42,7 +42,7 @@ from anarchon.engine.limits import (
     MIN_STARTING_DEADLINE_OVER_JITTER_MS,
     MIN_TIMEOUT_MS,
 )
-from anarchon.engine.model import CatchUp, Overlap
+from anarchon.engine.model import CatchUp, CrossCluster, Overlap
 from anarchon.engine.schedule import Cron, Schedule, cron, every
 from anarchon.engine.tries import NO_RETRIES, Retries
 from anarchon.kube.constants import LABEL_PREFIX
@@ -75,6 +75,11 @@ CRON_SHAPE: Final = (
     "a cron expression of 5 fields (minute hour day month weekday), 6 (seconds first),"
     " or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
 )
+#: ``spec.sharedName``: a DNS-subdomain-like name, the job's key in a store shared by clusters.
+SHARED_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+MAX_SHARED_NAME_LENGTH: Final = 63
+#: The prefix of a shared job's key in the store (:func:`engine_key`); no other key has it.
+SHARED_KEY_PREFIX: Final = "shared/"
 #: The shape of an IANA name (``UTC``, ``Europe/Paris``, ``America/Argentina/Buenos_Aires``).
 TIME_ZONE_PATTERN: Final = r"^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$"
 
@@ -98,8 +103,9 @@ CRD_DEFAULTS: Final[Mapping[str, Any]] = {
 _DURATION_RE = re.compile(DURATION_PATTERN)
 _CRON_RE = re.compile(CRON_PATTERN)
 _TIME_ZONE_RE = re.compile(TIME_ZONE_PATTERN)
+_SHARED_NAME_RE = re.compile(SHARED_NAME_PATTERN)
 
-_E = TypeVar("_E", Overlap, CatchUp)
+_E = TypeVar("_E", Overlap, CatchUp, CrossCluster)
 
 
 class SpecError(ValueError):
@@ -133,12 +139,19 @@ class JobSpec:
     timeout_ms: int | None = None
     #: New Pods after a failed one (``spec.retries``); none unless asked for.
     retries: Retries = NO_RETRIES
+    #: ``spec.sharedName``: one job with those of the same name in other clusters on the store.
+    shared_name: str | None = None
 
     @property
     def max_attempts(self) -> int:
         """How often a run's Pod may be launched (maxAttempts); the parser always sets it."""
         assert self.options.max_attempts is not None
         return self.options.max_attempts
+
+    @property
+    def key(self) -> str:
+        """The job's key in the store (:func:`engine_key`)."""
+        return engine_key(self.namespace, self.name, self.uid, self.shared_name)
 
     @property
     def engine_name(self) -> str:
@@ -458,6 +471,8 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
             " heartbeat lets the lease run out under a live runner and a backup takes over a run that was fine",
         )
     overlap = r.enum(_default(spec, "overlap"), "spec.overlap", Overlap)
+    # No CRD default: it matters to shared jobs only, and would be written into every job.
+    cross_cluster = r.enum(spec.get("crossCluster") or CrossCluster.RELAUNCH, "spec.crossCluster", CrossCluster)
 
     catch_up_spec = r.mapping(spec.get("catchUp"), "spec.catchUp") or {}
     catch_up = r.enum(_default(catch_up_spec, "policy", "catchUp.policy"), "spec.catchUp.policy", CatchUp)
@@ -500,6 +515,15 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     )
     retries = _parse_retries(spec, r)
     template = _parse_template(spec, r)
+    shared_name = r.string(spec.get("sharedName"), "spec.sharedName")
+    if shared_name is not None and (
+        len(shared_name) > MAX_SHARED_NAME_LENGTH or not _SHARED_NAME_RE.fullmatch(shared_name)
+    ):
+        r.error(
+            "spec.sharedName",
+            f"{_show(shared_name)} is not a name: use at most {MAX_SHARED_NAME_LENGTH} lower-case letters, digits,"
+            " '-' and '.', starting and ending with a letter or digit (such as nightly-report.billing)",
+        )
 
     if errors:
         raise SpecError(errors)
@@ -507,7 +531,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
     assert name is not None and namespace is not None and schedule is not None and template is not None
     assert jitter is not None and heartbeat is not None and overlap is not None and catch_up is not None
     assert window is not None and max_attempts is not None and suspend is not None
-    assert successful is not None and failed is not None and retries is not None
+    assert successful is not None and failed is not None and retries is not None and cross_cluster is not None
     options = JobOptions(
         jitter_ms=jitter,
         heartbeat_ms=heartbeat,
@@ -520,6 +544,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         suspend=suspend,
         # The runner counts relaunches against maxAttempts itself: a takeover that adopts a live Pod is free.
         resumable=True,
+        cross_cluster=cross_cluster,
     )
     return JobSpec(
         namespace=namespace,
@@ -534,6 +559,7 @@ def parse_job(body: Mapping[str, Any]) -> JobSpec:
         pending_timeout_ms=pending_timeout,
         timeout_ms=timeout,
         retries=retries,
+        shared_name=shared_name or None,
     )
 
 
@@ -562,9 +588,20 @@ def pod_name(run_name: str, try_number: int = 1) -> str:
     return run_name if try_number == 1 else f"{run_name}-r{try_number - 1}"
 
 
-def engine_key(namespace: str, name: str, uid: str) -> str:
-    """The job's name in the store: a re-created object is a new job with its own history."""
-    return f"{namespace}/{name}#{uid[:8]}"
+def engine_key(namespace: str, name: str, uid: str, shared_name: str | None = None) -> str:
+    """The job's name in the store: a re-created object is a new job with its own history.
+
+    A shared job's (``spec.sharedName``) is the shared name alone, the same in every cluster
+    and across re-creations: the job is the clusters' together, not one object's.
+    """
+    return f"{SHARED_KEY_PREFIX}{shared_name}" if shared_name else f"{namespace}/{name}#{uid[:8]}"
+
+
+def shared_name_of(body: Mapping[str, Any]) -> str | None:
+    """``spec.sharedName`` of a job's body as the API gives it, before (or without) parsing."""
+    spec = body.get("spec")
+    value = spec.get("sharedName") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, str) and value else None
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -46,8 +46,9 @@ from ..report.kube_events import EventPoster
 from ..run import record, runstatus
 from ..run.cache import RunCache
 from . import missed
+from .shared import SHARED_SPEC_MISMATCH
 from .sharing import STORE_NOT_SHARED
-from .spec import JobSpec, SpecError, engine_key, schedule_column, slot_time
+from .spec import JobSpec, SpecError, schedule_column, slot_time
 
 log = logging.getLogger("anarchon.kube.job.status")
 
@@ -117,6 +118,7 @@ class JobStatus:
         resync_s: float = 30.0,
         not_shared: Callable[[], str | None] = lambda: None,
         not_shared_kept_s: float = 0.0,
+        shared_mismatch: Callable[[str], str | None] = lambda key: None,
         pinned: Callable[[str], Iterable[int]] = lambda key: (),
     ) -> None:
         self.kube = kube
@@ -130,6 +132,8 @@ class JobStatus:
         #: long another replica's word on it stands.
         self.not_shared = not_shared
         self.not_shared_kept_s = not_shared_kept_s
+        #: Why the clusters sharing a job (by engine key) disagree on its spec (:mod:`.shared`), None if they do not.
+        self.shared_mismatch = shared_mismatch
         #: The conditions of each job (by engine key) as last seen or written here, and the jobs
         #: whose StoreNotShared this replica wrote.
         self._conditions: dict[str, list[dict[str, Any]]] = {}
@@ -159,14 +163,14 @@ class JobStatus:
 
     async def note_missed(self, spec: JobSpec, slots: list[int], message: str) -> None:
         """Slots the engine reported missed: their window goes into the job's status at the next refresh."""
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         pending, _ = self._missed.get(key, ([], 0))
         self._missed[key] = ([*pending, missed.window(slots, message)], 0)
         await self.refresh_soon(spec)
 
     async def _missed_seen_in(self, spec: JobSpec, status: Mapping[str, Any]) -> None:
         """Note the windows the status holds; ours not among them yet are written (again) soon."""
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         self._missed_seen[key] = seen = missed.from_status(status)
         pending, writes = self._missed.get(key, ([], 0))
         if not pending:
@@ -182,7 +186,7 @@ class JobStatus:
         self._refresh_in(spec, REFRESH_AFTER_END_S if ended else REFRESH_AFTER_START_S)
 
     def _refresh_in(self, spec: JobSpec, delay_s: float) -> None:
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         self._soon[key] = spec
         due = asyncio.get_running_loop().time() + delay_s
         wait = self._waits.get(key)
@@ -224,11 +228,11 @@ class JobStatus:
         await asyncio.gather(*(w.task for w in waits if w.task is not None), return_exceptions=True)
 
     def _due(self, last: dict[str, int], spec: JobSpec, every_ms: int) -> bool:
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         return self.scheduler.clock.now_ms() - last.get(key, -every_ms) >= every_ms
 
     def _done(self, last: dict[str, int], spec: JobSpec) -> None:
-        last[engine_key(spec.namespace, spec.name, spec.uid)] = self.scheduler.clock.now_ms()
+        last[spec.key] = self.scheduler.clock.now_ms()
 
     async def runs_of(self, spec: JobSpec) -> list[dict[str, Any]]:
         """The job's runs by slot: from the watch-fed cache when it is live, else one LIST."""
@@ -280,12 +284,13 @@ class JobStatus:
         )
 
     async def valid(self, spec: JobSpec, status: Mapping[str, Any], version: str | None = None) -> None:
-        """The spec runs: Ready (or Suspended, or StoreNotShared), the next schedule time and the SCHEDULE column.
+        """The spec runs: Ready (or SharedSpecMismatch, Suspended, StoreNotShared), the next schedule time
+        and the SCHEDULE column.
 
         ``version``: the job's resourceVersion that ``status`` was read from (see the module).
         """
         now = self.scheduler.clock.now_ms()
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         current = list(status.get("conditions") or [])
         self._conditions[key] = current
         await self._missed_seen_in(spec, status)
@@ -304,12 +309,13 @@ class JobStatus:
             self._wrote(key, conditions)
 
     async def sharing_changed(self, spec: JobSpec) -> bool:
-        """The store was found shared, or not: the job's Ready condition says so now; whether it was written.
+        """The store was found shared, or not, or the clusters sharing the job came to agree on its spec, or
+        not (:mod:`.shared`): the job's Ready condition says so now; whether it was written.
 
         From the conditions last seen, onto whatever version the job has: no change of the job
         comes to ask for it (the next one would find it written).
         """
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         conditions = self._valid_conditions(spec, self._conditions.get(key, []))
         if conditions is None:
             return False
@@ -331,7 +337,7 @@ class JobStatus:
 
     def _valid_conditions(self, spec: JobSpec, current: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """The conditions of a job whose spec runs, or None when ``current`` says the same already."""
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         was = _ready(current)
         not_shared_before = (
             was is not None
@@ -340,7 +346,9 @@ class JobStatus:
             and was.get("observedGeneration") == spec.generation
         )
         why = self.not_shared()
-        if spec.options.suspend:
+        if (mismatch := self.shared_mismatch(key)) is not None:
+            ready = _condition("Ready", False, SHARED_SPEC_MISMATCH, mismatch, spec.generation)
+        elif spec.options.suspend:
             ready = _condition("Ready", False, "Suspended", f"suspended ({spec.schedule})", spec.generation)
         elif was is not None and not_shared_before and why is not None:
             ready = was  # said already (by us, or another replica in its words)
@@ -394,7 +402,7 @@ class JobStatus:
             patch["lastScheduleTime"] = slot_time(max(scheduled))
         if succeeded:
             patch["lastSuccessfulTime"] = slot_time(max(succeeded))
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         if (pending := self._missed.get(key)) is not None:
             windows = missed.merged(self._missed_seen.get(key, []), pending[0], spec.schedule)
             patch["missed"] = [w.record() for w in windows]
@@ -447,7 +455,7 @@ class JobStatus:
         So does a pending trigger request's slot: a replica may have claimed it and not yet
         removed the request, and the next one to handle it must find the slot taken.
         """
-        key = engine_key(spec.namespace, spec.name, spec.uid)
+        key = spec.key
         loop = self.scheduler.jobs.get(key)
         if loop is None or not isinstance(self.scheduler.backend, LeaseBackend):
             return
@@ -470,5 +478,5 @@ class JobStatus:
 
     def _running_slots(self, spec: JobSpec) -> frozenset[int]:
         """The slots this replica runs right now for the job, read once per pass over its runs."""
-        loop = self.scheduler.jobs.get(engine_key(spec.namespace, spec.name, spec.uid))
+        loop = self.scheduler.jobs.get(spec.key)
         return frozenset(loop.running_slots) if loop is not None else frozenset()

@@ -37,6 +37,7 @@ from typing import Any
 from ...engine import LeaseBackend, RunState, Scheduler
 from ...engine.model import REPLACED_BY, Run
 from ...engine.schedule import slots_between
+from ...engine.shared import cluster_of
 from ..api.client import Kube
 from ..job.spec import JobSpec, engine_key, ms_of, run_name
 from . import record, runstatus
@@ -65,7 +66,7 @@ def claimed_since(item: dict[str, Any]) -> int:
 async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequence[dict[str, Any]]) -> list[str]:
     """Close the open objects among ``items`` whose run the store ended a while ago; their names."""
     backend = scheduler.backend
-    key = engine_key(spec.namespace, spec.name, spec.uid)
+    key = spec.key
     loop = scheduler.jobs.get(key)
     if not isinstance(backend, LeaseBackend) or loop is None:
         return []  # a claim-only store ends nothing on its own; a job we do not run is not ours to mend
@@ -89,6 +90,8 @@ async def mend_runs(kube: Kube, scheduler: Scheduler, spec: JobSpec, items: Sequ
             continue
         if run.state.active or scheduler.clock.now_ms() - run.updated_ms < grace_ms:
             continue
+        if elsewhere_of(run, cluster_of(scheduler.instance_id)) is not None:
+            continue  # moved to another cluster (this one was lost a while): kube/elsewhere.py shows it so
         name = item["metadata"]["name"]
         await _close(kube, spec, name, run)
         mended.append(name)
@@ -124,12 +127,13 @@ async def mend_missing(
     watch saw it go): such a run was not lost, and is left gone.
     """
     backend = scheduler.backend
-    key = engine_key(spec.namespace, spec.name, spec.uid)
+    key = spec.key
     loop = scheduler.jobs.get(key)
     if not isinstance(backend, LeaseBackend) or loop is None or not items:
         return []
     slots = {int(i["spec"]["slot"]) for i in items}
     phases = [(int(i["spec"]["slot"]), runstatus.RunStatus.of(i.get("status")).phase) for i in items]
+    here = cluster_of(scheduler.instance_id)
     grace_ms = loop.options.lease_ms
     now = scheduler.clock.now_ms()
     window = slots_between(spec.schedule, now - grace_ms - look_back_ms, now)
@@ -140,16 +144,28 @@ async def mend_missing(
             continue
         if run.state in RUNNER_ENDED or deleted(spec.namespace, run_name(spec.name, run.slot)):
             continue  # deleted by hand or by the history limits: not lost
-        kind, keep = next(k for k in record.history_kinds(spec) if run.state in k[0])
-        kept = sorted(slot for slot, phase in phases if phase in kind)
-        if keep == 0 or (len(kept) >= keep and run.slot < kept[-keep]):
-            continue  # the history limits would delete it at once
+        if elsewhere_of(run, here) is not None or past_limits(spec, phases, run):
+            continue  # another cluster's run (kube/elsewhere.py writes it), or one the limits delete at once
         body = await record.ensure_run(kube, spec, run.slot, record.cause_guess(spec, run.slot))
         name = body["metadata"]["name"]
         log.warning("%s: the store ended it (%s), it had no object: writing one", name, run.state)
         await _close(kube, spec, name, run)
         mended.append(name)
     return mended
+
+
+def past_limits(spec: JobSpec, phases: Sequence[tuple[int, RunState | None]], run: Run) -> bool:
+    """Whether the history limits would delete an object of ``run`` at once, given the job's
+    objects' ``(slot, phase)``: they deleted it before, as it is older than every kept run of its kind."""
+    kind, keep = next(k for k in record.history_kinds(spec) if run.state in k[0])
+    kept = sorted(slot for slot, phase in phases if phase in kind)
+    return keep == 0 or (len(kept) >= keep and run.slot < kept[-keep])
+
+
+def elsewhere_of(run: Run, here: str | None) -> str | None:
+    """The cluster ``run``'s current attempt ran in, when it is not ``here`` (a shared job's); else None."""
+    there = cluster_of(run.instance)
+    return there if there is not None and there != here else None
 
 
 async def _close(kube: Kube, spec: JobSpec, name: str, run: Run) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ...engine import RunState
+from ...engine import Run, RunState
 
 #: The run's condition that says its current Pod is Pending, and why.
 POD_PENDING = "PodPending"
@@ -109,6 +109,8 @@ class RunStatus:
     finish_time: str | None = None
     message: str | None = None
     reason: str | None = None
+    #: The cluster the run ran in, when not this one (a shared job's: :func:`elsewhere`).
+    cluster: str | None = None
     conditions: list[RunCondition] = field(default_factory=list)
     attempts: list[RunAttempt] = field(default_factory=list)
     tries: list[RunTry] = field(default_factory=list)
@@ -129,6 +131,7 @@ class RunStatus:
             finish_time=_str(s.get("finishTime")),
             message=_str(s.get("message")),
             reason=_str(s.get("reason")),
+            cluster=_str(s.get("cluster")),
             conditions=[
                 RunCondition(
                     str(c.get("type") or ""),
@@ -188,6 +191,7 @@ class RunStatus:
                 "finishTime": self.finish_time,
                 "message": self.message,
                 "reason": self.reason,
+                "cluster": self.cluster,
                 "conditions": [_kept(c) for c in conditions] or None,
                 "attempts": [_kept(a) for a in attempts] or None,
                 "tries": [_kept(t) for t in tries] or None,
@@ -302,6 +306,7 @@ def start_attempt(
         RunAttempt(attempt, instance, adopted, not adopted, pod_name=pod, outcome=RunState.RUNNING, start_time=now)
     )
     run.phase, run.attempt, run.instance, run.pod_name, run.message = RunState.RUNNING, attempt, instance, pod, ""
+    run.cluster = None  # it runs here now (a run of another cluster relaunched here, whose cluster was lost)
     run.attempts = attempts
     run.takeovers = sum(1 for a in attempts if a.adopted)
     if run.start_time is None:
@@ -439,6 +444,39 @@ def interrupted(status: Status, *, message: str) -> Status | None:
     run.close_try(run.current_try, RunState.INTERRUPTED, message, now)
     run.phase, run.message, run.finish_time = RunState.INTERRUPTED, message, now
     return run.wire()
+
+
+def elsewhere(status: Status, *, run: Run, cluster: str) -> Status | None:
+    """The run of a shared job ran in another ``cluster``: its status is the store's record of it.
+
+    Its attempts are the record's; it has no Pod or try here. None when the status says so already.
+    """
+    old = RunStatus.of(status)
+    new = RunStatus(
+        phase=RunState.RUNNING if run.state is RunState.CLAIMED else run.state,
+        attempt=run.attempt,
+        instance=run.instance,
+        cluster=cluster,
+        start_time=rfc3339(_at(run.created_ms)),
+        finish_time=None if run.state.active else rfc3339(_at(run.updated_ms)),
+        message=run.error or (None if run.state.active else f"ran in cluster {cluster}"),
+        attempts=[
+            RunAttempt(
+                a.attempt,
+                a.instance,
+                start_time=rfc3339(_at(a.started_ms)),
+                finish_time=None if a.ended_ms is None else rfc3339(_at(a.ended_ms)),
+                outcome=a.outcome,
+                message=a.error,
+            )
+            for a in run.attempts
+        ],
+    )
+    return None if new.wire() == old.wire() else new.wire()
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _close_open_attempts(attempts: list[RunAttempt], now: str) -> None:
