@@ -49,7 +49,9 @@ class UiServer:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGINT)
             try:
-                self.proc.wait(timeout=10)
+                # Generous: under CI's load (three workers and their replicas on two cores) two
+                # servers once took over 10 s to exit cleanly; a hang still ends in SIGKILL, -9.
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
