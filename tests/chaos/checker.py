@@ -220,13 +220,24 @@ class Checker:
     def live_pod_names(self) -> list[str]:
         return sorted(life.name for life in self.pod_lives.values() if life.live_since is not None)
 
-    def running_on(self, instance: str) -> dict[str, int]:
-        """The runs an instance runs right now, with their attempt (for hand-over timing)."""
-        return {
-            name: int(s.get("attempt") or 0)
-            for name, s in self.runs.items()
-            if s.get("phase") == "Running" and s.get("instance") == instance
-        }
+    def running_on(self, instance: str, since: float = 0.0) -> dict[str, int]:
+        """The runs an instance runs right now, with their attempt (for hand-over timing).
+
+        Only attempts first seen at ``since`` or later (the instance's process started then): a
+        run whose object still names the instance but whose attempt began under an earlier
+        process of that name was orphaned when that one died, and the signal to this one cannot
+        hand it over (the quiet harsh soak blamed 16 slow hand-overs on one SIGTERM so).
+        """
+        found = {}
+        for name, s in self.runs.items():
+            if s.get("phase") != "Running" or s.get("instance") != instance:
+                continue
+            attempt = int(s.get("attempt") or 0)
+            history = reversed(self.attempts.get(name, []))
+            seen = next((t for t, a, i in history if a == attempt and i == instance), None)
+            if seen is None or seen >= since:
+                found[name] = attempt
+        return found
 
     def next_attempt_at(self, run: str, after_attempt: int, instance: str = "") -> float | None:
         """When the run was first seen under a later attempt, or (a takeover that did not count up,

@@ -489,7 +489,7 @@ class Chaos:
                 pause = self.rng.uniform(0.3, 1.5)
             async with self._replica_lock:
                 self.report_kills[kind] += 1
-                running = self.checker.running_on(victim)
+                running = self.checker.running_on(victim, since=self.replicas.started.get(victim, 0.0))
                 now = time.monotonic()
                 if kind in ("SIGTERM", "SIGKILL"):
                     # The victim named with the wall time, to find the moment in the replicas' logs.

@@ -93,6 +93,16 @@ def test_a_takeover_under_the_same_attempt_is_a_rewind_but_still_a_takeover() ->
     assert c.violations == {"attempt_rewound": 1}
 
 
+def test_a_signal_is_judged_only_on_the_runs_its_own_process_ran() -> None:
+    """replica-0 runs j-1 and dies; a new replica-0 (started at 20) starts j-2. A SIGTERM to the
+    new one hands over j-2 only: j-1 still names replica-0, but its runner was the dead one."""
+    c = Checker()
+    c.run("ADDED", _run("j-1", "j", 1, "Running", attempt=1, instance="replica-0"), at=10)
+    c.run("ADDED", _run("j-2", "j", 2, "Running", attempt=1, instance="replica-0"), at=25)
+    assert c.running_on("replica-0", since=20) == {"j-2": 1}
+    assert c.running_on("replica-0") == {"j-1": 1, "j-2": 1}
+
+
 def test_a_store_not_shared_event_is_a_false_alarm_in_the_soak() -> None:
     c = Checker()
     event = {"reason": "StoreNotShared", "involvedObject": {"name": "short"}, "message": "the replicas do not share"}

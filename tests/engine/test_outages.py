@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from anarchon.engine import Cause, RunContext, RunState, Scheduler, StoreError
+from anarchon.engine import Cause, Job, RunContext, RunState, Scheduler, StoreError, every, job_options
 from anarchon.engine.backends import from_url
 from tests.harness.engine import Calls, Recorder, fast_clock
 from tests.harness.until import until_async
@@ -299,6 +299,59 @@ async def test_a_run_claimed_by_an_instance_killed_before_it_left_a_record_runs_
         # A lease (3 s here) after the backup meets the loss, at its next claim.
         await until_async(
             f"the backup to run slot {slot}, which the store forgot with its winner",
+            lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
+            timeout=15,
+        )
+        run = await backup.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
+        assert run is not None and run.instance == "backup", run
+    finally:
+        never.set()
+        for sched in (killed, backup):
+            await sched.stop(handover=False)
+            await sched.backend.close()
+        server.stop()
+
+
+async def test_an_open_run_of_the_handlers_record_is_claimed_again_a_lease_after_the_loss_is_noticed(
+    job_name: str,
+) -> None:
+    """The runner of a run dies and Redis restarts empty; the one instance left never saw the
+    run (it started later, or the claim was long ago), so only the handler's durable record
+    (the operator's open AnarchonRun) remembers it. Before, the engine left it to the
+    handler's mending (a controller resync, and a lease, later: the harsh soak's slowest
+    hand-overs, 60 s and more). Now the instance that notices the loss claims every open
+    run of the record that no runner claimed back within a lease, and runs it.
+    """
+    server = start_redis_or_fail()
+    clock = fast_clock(10.0)
+    calls = Calls(clock)
+    never = asyncio.Event()
+
+    async def stuck(ctx: RunContext) -> None:
+        await never.wait()  # dies (is cancelled) with its instance
+
+    options = job_options(overlap="Allow", heartbeat="1s", lease="30s", resumable=True, jitter=0)
+    slot = clock.now_ms() - 3_600_000  # a manual run of a slot the schedule never claims
+    killed = Scheduler(_backend(server), instance_id="killed", clock=clock)
+    killed.add(Job(job_name, every("10s"), calls.handler(stuck), options))
+    backup = Scheduler(_backend(server), instance_id="backup", clock=clock)
+
+    async def open_slots() -> list[int]:
+        return [slot]
+
+    backup.add(Job(job_name, every("10s"), calls.handler(), options, open_slots=open_slots))
+    await killed.start()
+    await backup.start()
+    try:
+        await killed.trigger(job_name, slot)
+        await until_async("the run to start", lambda: any(c.slot == slot for c in calls.calls))
+        # The backup's claims know the store's epoch, so they can tell it was lost.
+        await until_async("a claim of the backup's", lambda: any(c.instance == "backup" for c in calls.calls))
+        await killed.stop(handover=False)  # a SIGKILL: no hand-over, the claim stays with its lease
+        await asyncio.to_thread(server.restart)  # same port, every key gone
+        # The backup meets the loss at its next claim (10 s), then waits a lease (30 s) and a beat.
+        await until_async(
+            "the backup to run the open run the store forgot",
             lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
             timeout=15,
         )

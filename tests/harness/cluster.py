@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
@@ -102,6 +103,8 @@ class Replicas:
         self.store = store
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        #: When each replica's current process was started (monotonic s).
+        self.started: dict[str, float] = {}
 
     def start(self, name: str, *options: str) -> subprocess.Popen[bytes]:
         """Start replica ``name``; ``options`` are added to (and, being last, override) its flags."""
@@ -133,6 +136,7 @@ class Replicas:
             start_new_session=True,
         )
         self.procs[name] = proc
+        self.started[name] = time.monotonic()
         return proc
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

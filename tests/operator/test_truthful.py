@@ -247,3 +247,39 @@ def test_a_takeover_after_the_store_forgot_the_run_is_numbered_after_the_runs_ob
     )
     assert any(f"run {name}: attempt 3 taken over by" in m for m in messages), messages
     assert not any("attempt 1 " in m or "attempt 2 " in m for m in messages), messages
+
+
+def test_an_open_run_whose_runner_died_as_the_store_forgot_it_is_picked_up_within_a_lease(
+    cluster: Cluster, replicas_factory, forgetful_redis: RedisServer
+) -> None:
+    """The runner of a 40 s Pod is killed and Redis restarts empty before its lease ran out. The
+    replica left started after the run was claimed: only the run's object remembers the run.
+    It meets the loss at its next claim and picks the run up a lease later (attempt 2, adopting
+    the live Pod). Before, that waited for mending: two resyncs a lease apart (the harsh soak's
+    slowest hand-overs, 60-115 s); the resync here is 2 minutes, so a lucky pass cannot hide it."""
+    replicas: Replicas = replicas_factory(forgetful_redis.url)
+    replicas.start("replica-0", "--resync", "120s")
+    cluster.apply(job_manifest("orphaned", every="5s", overlap="Skip", annotations={RUN_SECONDS: "40"}))
+    first = until(
+        "a running run",
+        lambda: [r for r in cluster.runs("orphaned") if _status(r).get("phase") == "Running"],
+        timeout=60,
+    )[0]
+    name = first["metadata"]["name"]
+    replicas.start("replica-1", "--resync", "120s")
+    until(
+        "a slot that replica-1 claimed (and so knows the store's epoch)",
+        lambda: [r for r in cluster.runs("orphaned") if _status(r).get("instance") == "replica-1"],
+        timeout=60,
+    )
+    replicas.kill("replica-0", signal.SIGKILL)
+    forgetful_redis.restart()
+    forgot = time.monotonic()
+    # A slot (5 s) to meet the loss, a lease (4 s) and a beat, then the takeover's API writes.
+    until("attempt 2", lambda: int(_status(cluster.get("anarchonrun", name)).get("attempt") or 0) >= 2, timeout=40)
+    took = time.monotonic() - forgot
+    status = _status(cluster.get("anarchonrun", name))
+    assert status["instance"] == "replica-1", status
+    live = [p["metadata"]["name"] for p in cluster.pods("anarchon.io/job=orphaned") if _live(p)]
+    assert len(live) == 1, f"the live Pod was adopted, not launched again: {live}"
+    assert took < 30, took

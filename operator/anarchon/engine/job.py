@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -300,6 +300,11 @@ class Job:
     #: AnarchonRun), or None. Catch-up starts from it when the store has no history of the
     #: job: a store that lost its state while no instance ran has forgotten what ran.
     recorded: Callable[[], Awaitable[int | None]] | None = field(default=None, compare=False)
+    #: The slots of the runs the handler's own durable record says are still open (the
+    #: operator's AnarchonRuns without an end). After the store lost its state, each one the
+    #: store has not got back a lease later (a living runner claims its run back) is claimed
+    #: again at once: its runner died too, maybe before this instance ever saw the run.
+    open_slots: Callable[[], Awaitable[Collection[int]]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200 or any(c.isspace() for c in self.name):

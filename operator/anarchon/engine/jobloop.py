@@ -531,19 +531,20 @@ class JobLoop:
         """After a loss of the store's state: what only this loop remembers goes back in.
 
         First since when the schedule is in force (:meth:`_restore_schedule_since`). Then,
-        for a resumable job, the slots another instance's run held before the loss: their
-        runners that live claimed them back within a lease, so a slot still unknown to the
-        store after that lost its runner too, maybe before the run left any other record
-        (killed between its claim and its run object). It is claimed again; the handler picks
-        it up from whatever record its work left, or starts it.
+        for a resumable job, the slots another instance's run held before the loss, and those
+        the handler's record says are open: their runners that live claimed them back within
+        a lease, so a slot still unknown to the store after that lost its runner too, maybe
+        before the run left any other record (killed between its claim and its run object).
+        It is claimed again; the handler picks it up from whatever record its work left, or
+        starts it.
         """
         await self._restore_schedule_since()
         if not self._opts.resumable or not isinstance(self.backend, LeaseStore):
             return
         backend = self.backend
-        slots = [slot for slot, seen in self._taken.items() if seen <= since_ms + self._opts.lease_ms]
+        taken = {slot for slot, seen in self._taken.items() if seen <= since_ms + self._opts.lease_ms}
         await self.clock.sleep_until(since_ms + self._opts.lease_ms + self._opts.heartbeat_ms)
-        for slot in slots:
+        for slot in sorted(taken | await self._open_slots()):
             if self._stopping:
                 return
             self._taken.pop(slot, None)
@@ -554,6 +555,17 @@ class JobLoop:
                 continue
             if run is None and slot not in self._running:
                 await self._claim_forgotten(slot, "another instance held this run when the store lost its state")
+
+    async def _open_slots(self) -> set[int]:
+        """The slots of the handler's durable record that are open and not run here; none without
+        a record, or if it cannot be read (logged: the handler's own mending is then the way back)."""
+        if self._job.open_slots is None:
+            return set()
+        try:
+            return set(await self._job.open_slots()) - set(self._running)
+        except Exception as exc:
+            log.warning("%s: reading the open runs' record failed: %s: %s", self._job.name, type(exc).__name__, exc)
+            return set()
 
     async def _reclaim_after_lease_lost(self, slot: int) -> None:
         """Our attempt lost its lease because the store did not answer: ask it again until it does.

@@ -25,7 +25,7 @@ from ..report.metrics import Metrics, job_times
 from ..run import record
 from ..run.cache import RunCache
 from ..run.elsewhere import mirror_elsewhere
-from ..run.mend import Mending
+from ..run.mend import Mending, open_run
 from ..run.podwatch import PodWatch
 from ..run.runner import PodRunner
 from .served import ServedJobs
@@ -187,7 +187,14 @@ class JobController:
         another spec, and held back while this replica's API server is out of reach (:mod:`.reach`)."""
         key = spec.key
         if not spec.shared_name:
-            return Job(key, spec.schedule, self._runner(key), spec.options, recorded=lambda: self._newest_slot(key))
+            return Job(
+                key,
+                spec.schedule,
+                self._runner(key),
+                spec.options,
+                recorded=lambda: self._newest_slot(key),
+                open_slots=lambda: self._open_slots(key),
+            )
         verdict = self.shared.verdict(key)
         options = replace(spec.options, suspend=True) if verdict is not None and verdict.waits else spec.options
         return Job(
@@ -196,6 +203,7 @@ class JobController:
             self._runner(key),
             options,
             recorded=lambda: self._newest_slot(key),
+            open_slots=lambda: self._open_slots(key),
             held=self.kube.reach.held,
         )
 
@@ -290,6 +298,15 @@ class JobController:
     async def _newest_slot(self, key: str) -> int | None:
         spec = self.specs.get(key)
         return None if spec is None else await self.status.newest_slot(spec)
+
+    async def _open_slots(self, key: str) -> list[int]:
+        """The slots of the job's runs that ran in this cluster and do not say how they ended; a
+        light run of another cluster is that cluster's to pick up (see :mod:`.elsewhere`)."""
+        spec = self.specs.get(key)
+        if spec is None:
+            return []
+        items = await self.status.runs_of(spec)
+        return [int(i["spec"]["slot"]) for i in items if open_run(i) and not (i.get("status") or {}).get("cluster")]
 
     def _runner(self, key: str) -> PodRunner:
         sharing = self.sharing
