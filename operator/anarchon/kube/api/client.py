@@ -82,7 +82,7 @@ class _Turns:
         except asyncio.CancelledError:
             if given.done() and not given.cancelled():
                 self.give()  # the turn came with the cancellation: it goes to the next in line
-            else:
+            elif given in queue:  # a give() since the cancellation dropped it already
                 queue.remove(given)
             raise
 
