@@ -165,7 +165,8 @@ def next_minute(after: float) -> float:
 
 
 def audit_requests(cp: ControlPlane, start: float, end: float, who: Any) -> Counter[str]:
-    """Requests that ended in [start, end) and that ``who(event)`` claims, by "verb resource".
+    """Requests that ended in [start, end) and that ``who(event)`` claims, by "verb resource"
+    (and " <code>" for those the server refused: a 409 is a request spent on nothing).
 
     The API server rotates its audit log every 100 MB (``--audit-log-maxsize=0`` is
     lumberjack's default size, not "never"): the rotated files (``audit-<time>.log``) are read
@@ -182,7 +183,8 @@ def audit_requests(cp: ControlPlane, start: float, end: float, who: Any) -> Coun
                     continue
                 ref = event.get("objectRef") or {}
                 resource = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-                counts[f"{event['verb']} {resource}"] += 1
+                code = int((event.get("responseStatus") or {}).get("code") or 200)
+                counts[f"{event['verb']} {resource}" + (f" {code}" if code >= 300 else "")] += 1
     return counts
 
 
