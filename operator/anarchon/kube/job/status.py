@@ -56,6 +56,10 @@ log = logging.getLogger("anarchon.kube.job.status")
 REFRESH_AFTER_START_S = 30.0
 #: ... and one asked for by a run's end (or anything else).
 REFRESH_AFTER_END_S = 1.0
+#: A next slot that passed less than this ago is left to the refresh its run asks for: written at
+#: once, every replica raced to write it (one write, two 409s) whenever the job watch brought a
+#: status just after a slot, a third more job status writes per run under load.
+NEXT_SLOT_GRACE_MS = 5_000
 #: How many writes a missed window gets before it is given up unseen (a CRD without the field prunes it).
 MISSED_WRITES_AT_MOST = 5
 #: A refresh that failed while it carried missed windows is made again this long after (doubled
@@ -298,7 +302,7 @@ class JobStatus:
         if (conditions := self._valid_conditions(spec, current)) is not None:
             patch["conditions"] = conditions
             patch["observedGeneration"] = spec.generation
-        if int(status.get("nextSlot") or 0) < now:
+        if int(status.get("nextSlot") or 0) < now - NEXT_SLOT_GRACE_MS:
             # Only then: at every run's start and end each replica comes here (the status
             # writes are job changes), and a cron schedule's next slot is its costliest part.
             next_slot = spec.schedule.next_after(now)
