@@ -260,6 +260,25 @@ async def test_catch_up_after_every_instance_was_down_counts_from_before_a_redis
         server.stop()
 
 
+async def _backup_runs(backup: Scheduler, calls: Calls, job_name: str, slot: int, what: str) -> None:
+    """The instance "backup" runs ``slot`` within 15 s, and the store says it holds the run."""
+    await until_async(
+        f"the backup to run {what}",
+        lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
+        timeout=15,
+    )
+    run = await backup.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
+    assert run is not None and run.instance == "backup", run
+
+
+async def _stop_all(server: RedisServer, *schedulers: Scheduler) -> None:
+    """Stop the instances as a SIGKILL would (no hand-over), then the test's own server."""
+    for sched in schedulers:
+        await sched.stop(handover=False)
+        await sched.backend.close()
+    server.stop()
+
+
 async def test_a_run_claimed_by_an_instance_killed_before_it_left_a_record_runs_after_redis_lost_it(
     job_name: str,
 ) -> None:
@@ -297,19 +316,10 @@ async def test_a_run_claimed_by_an_instance_killed_before_it_left_a_record_runs_
         await killed.stop(handover=False)  # a SIGKILL: no hand-over, the claim stays with its lease
         await asyncio.to_thread(server.restart)  # same port, every key gone
         # A lease (3 s here) after the backup meets the loss, at its next claim.
-        await until_async(
-            f"the backup to run slot {slot}, which the store forgot with its winner",
-            lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
-            timeout=15,
-        )
-        run = await backup.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
-        assert run is not None and run.instance == "backup", run
+        await _backup_runs(backup, calls, job_name, slot, f"slot {slot}, which the store forgot with its winner")
     finally:
         never.set()
-        for sched in (killed, backup):
-            await sched.stop(handover=False)
-            await sched.backend.close()
-        server.stop()
+        await _stop_all(server, killed, backup)
 
 
 async def test_an_open_run_of_the_handlers_record_is_claimed_again_a_lease_after_the_loss_is_noticed(
@@ -350,19 +360,10 @@ async def test_an_open_run_of_the_handlers_record_is_claimed_again_a_lease_after
         await killed.stop(handover=False)  # a SIGKILL: no hand-over, the claim stays with its lease
         await asyncio.to_thread(server.restart)  # same port, every key gone
         # The backup meets the loss at its next claim (10 s), then waits a lease (30 s) and a beat.
-        await until_async(
-            "the backup to run the open run the store forgot",
-            lambda: any(c.slot == slot and c.instance == "backup" for c in calls.calls),
-            timeout=15,
-        )
-        run = await backup.backend.get_run(job_name, slot)  # type: ignore[attr-defined]
-        assert run is not None and run.instance == "backup", run
+        await _backup_runs(backup, calls, job_name, slot, "the open run the store forgot")
     finally:
         never.set()
-        for sched in (killed, backup):
-            await sched.stop(handover=False)
-            await sched.backend.close()
-        server.stop()
+        await _stop_all(server, killed, backup)
 
 
 async def test_a_runner_whose_lease_lapsed_in_an_outage_claims_its_run_back_from_a_store_that_lost_it(
