@@ -45,6 +45,16 @@ def _runner_of(cluster: Cluster, job: str, attempt: int) -> str:
     return str(_status(run)["instance"])
 
 
+def _first_running(cluster: Cluster, job: str) -> dict[str, Any]:
+    """A run of ``job`` that is Running, within a minute."""
+    running = until(
+        "a running run",
+        lambda: [r for r in cluster.runs(job) if _status(r).get("phase") == "Running"],
+        timeout=60,
+    )
+    return dict(running[0])
+
+
 def test_takeovers_that_adopt_the_live_pod_do_not_use_up_max_attempts(
     cluster: Cluster, replicas_factory, tmp_path
 ) -> None:
@@ -145,11 +155,7 @@ def test_a_store_restarted_empty_neither_launches_beside_a_live_pod_nor_leaves_a
     cluster.apply(
         job_manifest("forgotten", every="5s", overlap="Skip", annotations={"anarchon.test/run-seconds": "30"})
     )
-    first = until(
-        "a running run",
-        lambda: [r for r in cluster.runs("forgotten") if _status(r).get("phase") == "Running"],
-        timeout=60,
-    )[0]
+    first = _first_running(cluster, "forgotten")
     name = first["metadata"]["name"]
 
     def attempt_of_first() -> int:
@@ -260,11 +266,7 @@ def test_an_open_run_whose_runner_died_as_the_store_forgot_it_is_picked_up_withi
     replicas: Replicas = replicas_factory(forgetful_redis.url)
     replicas.start("replica-0", "--resync", "120s")
     cluster.apply(job_manifest("orphaned", every="5s", overlap="Skip", annotations={RUN_SECONDS: "40"}))
-    first = until(
-        "a running run",
-        lambda: [r for r in cluster.runs("orphaned") if _status(r).get("phase") == "Running"],
-        timeout=60,
-    )[0]
+    first = _first_running(cluster, "orphaned")
     name = first["metadata"]["name"]
     replicas.start("replica-1", "--resync", "120s")
     until(
